@@ -1,0 +1,30 @@
+# The two README commands: `make serve` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup serve test test-fast test-spark bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $@
+
+serve: setup
+	$(BIN)/sketchql serve
+
+test: setup
+	bash scripts/run_tests.sh
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not spark and not browser"
+
+test-spark: setup
+	$(BIN)/pytest -q -m spark
+
+bench: setup
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Creates .venv and installs sketchql with every extra; installs Java 17 (for
+# PySpark 4.x) with apt-get when no suitable java is on the PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+
+need_java=1
+if command -v java >/dev/null 2>&1; then
+  ver=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+  if [ "${ver:-0}" -ge 17 ] 2>/dev/null; then need_java=0; fi
+fi
+if [ "$need_java" = 1 ]; then
+  echo "setup: installing Java 17 (needed by PySpark 4.x)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[spark,service,dev]"
+echo "setup: ok ($(.venv/bin/python --version), java $(java -version 2>&1 | head -1))"
