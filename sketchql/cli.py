@@ -6,7 +6,17 @@ arguments and dispatches (imports are lazy so ``--help`` stays fast).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+# Each room adds its own sub-commands: a module with ``register(subparsers)``
+# that imports its heavy dependencies lazily (inside the command function).
+_COMMAND_MODULES = [
+    "sketchql.planner.commands",     # query, explain
+    "sketchql.operators.commands",   # replay
+    "sketchql.spark.commands",       # spark-build, load-summary
+    "sketchql.approx.commands",      # bench helpers
+]
 
 
 def _cmd_demo(args) -> int:
@@ -42,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tuples", type=int, default=1_000_000)
     s.add_argument("--seed", type=int, default=7)
     s.set_defaults(func=_cmd_demo)
+    for modname in _COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name != modname:
+                raise
+            continue
+        mod.register(sub)
     return p
 
 
