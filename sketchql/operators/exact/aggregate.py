@@ -1,0 +1,391 @@
+"""Grouped aggregates over a change stream."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ...errors import SketchQLError
+from ..changes import Batch, Changes
+from ._keys import joint_codes, segment_starts
+from .base import Operator, STR
+
+__all__ = ["AggSpec", "Aggregate"]
+
+_SUBTRACTABLE = {"count", "sum", "avg"}
+_HOLISTIC = {"min", "max", "count_distinct", "median", "quantile"}
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """One aggregate: ``func`` in count / sum / avg / min / max /
+    count_distinct / median / quantile; ``column`` (None = COUNT(*));
+    ``name`` of the output column; ``q`` in [0, 1] for quantile
+    (continuous: linear interpolation, like DuckDB's quantile_cont).
+
+    >>> AggSpec("sum", "price").out_name
+    'sum_price'
+    """
+
+    func: str
+    column: str | None = None
+    name: str | None = None
+    q: float | None = None
+
+    def __post_init__(self):
+        f = self.func.lower()
+        object.__setattr__(self, "func", f)
+        if f not in _SUBTRACTABLE | _HOLISTIC:
+            raise SketchQLError(f"unknown aggregate {self.func!r}; use one of {sorted(_SUBTRACTABLE | _HOLISTIC)}")
+        if self.column is None and f != "count":
+            raise SketchQLError(f"{f.upper()} needs a column")
+        if f == "quantile" and (self.q is None or not 0 <= self.q <= 1):
+            raise SketchQLError(f"QUANTILE needs q in [0, 1], got {self.q}")
+
+    @property
+    def out_name(self) -> str:
+        return self.name or (f"{self.func}_{self.column}" if self.column else "count")
+
+
+def _quantile(sorted_vals: list, q: float) -> float:
+    n = len(sorted_vals)
+    if n == 0:
+        return np.nan
+    pos = q * (n - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return float(sorted_vals[lo]) + (float(sorted_vals[hi]) - float(sorted_vals[lo])) * frac
+
+
+class _Holistic:
+    """Per-group structure of one holistic aggregate (Python objects)."""
+
+    __slots__ = ("kind", "q", "counts", "cur", "sorted", "rescans")
+
+    def __init__(self, kind, q):
+        self.kind, self.q = kind, q
+        self.counts = {}
+        self.cur = None
+        self.sorted = []
+        self.rescans = 0
+
+    def update(self, v, s):
+        if v != v:          # NaN/NULL: ignored
+            return
+        c = self.counts.get(v, 0) + s
+        if c < 0:
+            raise SketchQLError("aggregate: retraction of a value that is not in the group")
+        if c:
+            self.counts[v] = c
+        else:
+            del self.counts[v]
+        k = self.kind
+        if k in ("min", "max"):
+            better = (lambda a, b: a < b) if k == "min" else (lambda a, b: a > b)
+            if s > 0:
+                if self.cur is None or better(v, self.cur):
+                    self.cur = v
+            elif v == self.cur and c == 0:          # the extreme left: rescan
+                self.rescans += 1
+                self.cur = (min if k == "min" else max)(self.counts) if self.counts else None
+        elif k in ("median", "quantile"):
+            if s > 0:
+                bisect.insort(self.sorted, v)
+            else:
+                del self.sorted[bisect.bisect_left(self.sorted, v)]
+
+    def value(self):
+        k = self.kind
+        if k in ("min", "max"):
+            return np.nan if self.cur is None else self.cur
+        if k == "count_distinct":
+            return len(self.counts)
+        return _quantile(self.sorted, 0.5 if k == "median" else self.q)
+
+
+class Aggregate(Operator):
+    """Grouped aggregation maintained incrementally from + / − changes.
+
+    For each group the operator holds the row count and, per aggregate, either
+    running sums (COUNT, SUM, AVG: subtractable, updated in one vectorized
+    cumulative sum per step) or a per-group structure (MIN/MAX: current
+    extreme + value counts, rescanned only when the extreme's last copy
+    leaves; COUNT(DISTINCT): value counts; MEDIAN/QUANTILE: a sorted list).
+    At every time at which a group changes value it emits −(old row) and
+    +(new row) (nothing when the value is unchanged); a group that loses its
+    last tuple emits only the − -- it disappears (W6).  With no ``group_by``
+    there is exactly one row from the first input on; on an empty window its
+    COUNT and SUM read 0 (W3) and the other aggregates NaN.  NaN inputs are
+    ignored (SQL NULL).  Output: group columns + one column per aggregate;
+    row ts = the change time.  Update pattern: strict (values change at
+    arbitrary times).
+
+    >>> import numpy as np
+    >>> from sketchql.operators.exact import WindowScan, WindowSpec, Chain
+    >>> q = Chain(WindowScan(WindowSpec.range(10)), Aggregate(["g"], [AggSpec("sum", "v", "s")]))
+    >>> ch = q.push(Batch({"g": np.array([1, 1]), "v": np.array([5., 3.])}, ts=np.array([1., 2.])))
+    >>> ch = q.advance(12)
+    >>> list(zip(ch.at.tolist(), ch.sign.tolist(), ch.columns["s"].tolist()))
+    [(11.0, -1, 8.0), (11.0, 1, 3.0), (12.0, -1, 3.0)]
+    """
+
+    update_pattern = STR
+
+    def __init__(self, group_by: Sequence[str], aggs: Sequence[AggSpec]):
+        super().__init__()
+        self.group_by = [group_by] if isinstance(group_by, str) else list(group_by)
+        self.aggs = [a if isinstance(a, AggSpec) else AggSpec(*a) for a in aggs]
+        if not self.aggs:
+            raise SketchQLError("Aggregate needs at least one aggregate")
+        names = self.group_by + [a.out_name for a in self.aggs]
+        if len(set(names)) != len(names):
+            raise SketchQLError(f"aggregate output has duplicate column names {names}")
+        self._gkeys = None                    # dict col -> array, one entry per known group
+        self._cnt = np.empty(0, np.int64)      # rows per group
+        self._n = [np.empty(0, np.int64) for _ in self.aggs]     # non-null count per agg
+        self._s = [np.empty(0) for _ in self.aggs]               # running sum per agg
+        self._hol: list[dict] = [dict() if a.func in _HOLISTIC else None for a in self.aggs]
+        self._hval = [np.empty(0) for _ in self.aggs]            # last holistic value per group
+        self._rid = np.empty(0, np.int64)      # current output rid per group (-1: none)
+        self._exists = np.empty(0, bool)
+        self._next_rid = 0
+        self._rescans_closed = 0
+
+    def state_size(self) -> int:
+        n = int(self._exists.sum())
+        for h in self._hol:
+            if h:
+                n += sum(len(x.counts) for x in h.values())
+        return n
+
+    def stats(self) -> dict:
+        d = super().stats()
+        d["groups"] = int(self._exists.sum())
+        d["rescans"] = self._rescans_closed + sum(x.rescans for h in self._hol if h for x in h.values())
+        return d
+
+    # -- group bookkeeping ------------------------------------------------
+    def _group_index(self, rows: Batch) -> np.ndarray:
+        n = len(rows)
+        if not self.group_by:
+            if self._gkeys is None:
+                self._gkeys = {}
+                self._grow(1)
+            return np.zeros(n, np.int64)
+        miss = [c for c in self.group_by if c not in rows.columns]
+        if miss:
+            raise SketchQLError(f"GROUP BY column(s) {miss} not in the input {rows.names}")
+        if self._gkeys is None:
+            self._gkeys = {c: rows.columns[c][:0] for c in self.group_by}
+        G = len(self._cnt)
+        old_codes, new_codes = joint_codes([[self._gkeys[c] for c in self.group_by],
+                                            [rows.columns[c] for c in self.group_by]])
+        lut = np.full(int(max(old_codes.max(initial=-1), new_codes.max(initial=-1))) + 1, -1, np.int64)
+        lut[old_codes] = np.arange(G)
+        g = lut[new_codes]
+        unk = g < 0
+        if unk.any():
+            uc, first = np.unique(new_codes[unk], return_index=True)
+            pos = np.flatnonzero(unk)[first]
+            lut[uc] = np.arange(G, G + len(uc))
+            g = lut[new_codes]
+            self._gkeys = {c: np.concatenate([self._gkeys[c], rows.columns[c][pos]]) for c in self.group_by}
+            self._grow(len(uc))
+        return g
+
+    def _grow(self, k):
+        self._cnt = np.concatenate([self._cnt, np.zeros(k, np.int64)])
+        self._n = [np.concatenate([a, np.zeros(k, np.int64)]) for a in self._n]
+        self._s = [np.concatenate([a, np.zeros(k)]) for a in self._s]
+        self._hval = [np.concatenate([a, np.full(k, np.nan)]) for a in self._hval]
+        self._rid = np.concatenate([self._rid, -np.ones(k, np.int64)])
+        self._exists = np.concatenate([self._exists, np.zeros(k, bool)])
+
+    def _compact(self):
+        """Forget groups that disappeared (keeps state proportional to live groups)."""
+        if not self.group_by or len(self._cnt) < 64:
+            return
+        dead = ~self._exists & (self._cnt == 0)
+        if dead.sum() * 2 < len(dead):
+            return
+        keep = ~dead
+        newidx = np.cumsum(keep) - 1
+        self._gkeys = {c: v[keep] for c, v in self._gkeys.items()}
+        self._cnt = self._cnt[keep]
+        self._n = [a[keep] for a in self._n]
+        self._s = [a[keep] for a in self._s]
+        self._hval = [a[keep] for a in self._hval]
+        self._rid, self._exists = self._rid[keep], self._exists[keep]
+        for h in self._hol:
+            if h is not None:
+                for gi in list(h):
+                    if not keep[gi]:
+                        self._rescans_closed += h[gi].rescans
+                        del h[gi]
+                items = {int(newidx[gi]): x for gi, x in h.items()}
+                h.clear()
+                h.update(items)
+
+    def _values_from_state(self, gi: np.ndarray, cnt, ns, ss, hol_vals):
+        out = []
+        for k, a in enumerate(self.aggs):
+            if a.func == "count":
+                out.append(cnt.astype(np.int64) if a.column is None else ns[k].astype(np.int64))
+            elif a.func == "sum":
+                v = ss[k].copy()
+                if self.group_by:
+                    v[ns[k] == 0] = np.nan
+                else:
+                    v[ns[k] == 0] = 0.0
+                out.append(v)
+            elif a.func == "avg":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out.append(np.where(ns[k] > 0, ss[k] / np.maximum(ns[k], 1), np.nan))
+            else:
+                out.append(hol_vals[k])
+        return out
+
+    # -- the step ---------------------------------------------------------
+    def _step(self, now, inputs):
+        ch = inputs[0]
+        if ch is None or not len(ch):
+            return Changes.empty(self.group_by + [a.out_name for a in self.aggs])
+        if isinstance(ch, Batch):
+            raise SketchQLError("Aggregate input must be Changes (put a WindowScan before it)")
+        for a in self.aggs:
+            if a.column is not None and a.column not in ch.columns:
+                raise SketchQLError(f"aggregate column {a.column!r} not in the input {ch.names}")
+        g = self._group_index(ch.rows)
+        o = np.argsort(g, kind="stable")              # input is sorted by (at, sign)
+        g, at, s = g[o], ch.at[o], ch.sign[o].astype(np.int64)
+        n = len(g)
+        self._work += n
+        gstart = segment_starts(g)
+        seg_id = np.cumsum(gstart) - 1
+        first_of_seg = np.flatnonzero(gstart)
+
+        def seg_cumsum(x, base):
+            c = np.cumsum(x)
+            off = (c - x)[first_of_seg]               # cumsum before each segment
+            return c - off[seg_id] + base[g]
+
+        # emission points: last row of each (group, at) run
+        last = np.ones(n, bool)
+        if n > 1:
+            last[:-1] = (g[1:] != g[:-1]) | (at[1:] != at[:-1])
+        cnt_after = seg_cumsum(s, self._cnt)
+        if np.any(cnt_after < 0):
+            raise SketchQLError("aggregate: more retractions than insertions in a group")
+        ns_after, ss_after = [], []
+        vals = {}
+        for k, a in enumerate(self.aggs):
+            if a.column is None:
+                ns_after.append(cnt_after)
+                ss_after.append(np.zeros(n))
+                continue
+            v = ch.columns[a.column][o]
+            if a.func in _SUBTRACTABLE:
+                vf = v.astype(np.float64)
+                nn = ~np.isnan(vf)
+                ns_after.append(seg_cumsum(s * nn, self._n[k]))
+                ss_after.append(seg_cumsum(np.where(nn, vf * s, 0.0), self._s[k]))
+            else:
+                ns_after.append(np.zeros(n, np.int64))
+                ss_after.append(np.zeros(n))
+                h = self._hol[k]
+                res = np.empty(n, dtype=np.float64)
+                vl = v.tolist()
+                sl = s.tolist()
+                gl = g.tolist()
+                lastl = last.tolist()
+                for r in range(n):
+                    st = h.get(gl[r])
+                    if st is None:
+                        st = h[gl[r]] = _Holistic(a.func, a.q)
+                    st.update(vl[r], sl[r])
+                    if lastl[r]:
+                        res[r] = st.value()
+                vals[k] = res
+        pts = np.flatnonzero(last)
+        gp = g[pts]
+        cnt_p = cnt_after[pts]
+        # exact zero for empty sums (no float residue)
+        for k in range(len(self.aggs)):
+            ss_after[k][ns_after[k] == 0] = 0.0
+        new_vals = self._values_from_state(
+            gp, cnt_p, [x[pts] for x in ns_after], [x[pts] for x in ss_after],
+            {k: v[pts] for k, v in vals.items()})
+        # values before each point: previous point of the group, else the stored row
+        first_pt = segment_starts(gp)
+        prev = np.arange(len(pts)) - 1
+        exists_after = (cnt_p > 0) if self.group_by else np.ones(len(pts), bool)
+        exists_before = np.where(first_pt, self._exists[gp], np.roll(exists_after, 1))
+        old_vals = []
+        stored = self._stored_values(gp)
+        for k, nv in enumerate(new_vals):
+            ov = np.where(first_pt, stored[k], nv[prev] if len(nv) else nv)
+            old_vals.append(ov)
+        changed = exists_after != exists_before
+        for nv, ov in zip(new_vals, old_vals):
+            same = (nv == ov) | (_isnan(nv) & _isnan(ov))
+            changed |= exists_after & exists_before & ~same
+        emit_plus = changed & exists_after
+        emit_minus = changed & exists_before
+        # rids: + gets a fresh id; − carries the group's current id (forward-filled)
+        new_ids = np.full(len(pts), -1, np.int64)
+        k_plus = int(emit_plus.sum())
+        new_ids[emit_plus] = np.arange(self._next_rid, self._next_rid + k_plus)
+        self._next_rid += k_plus
+        defined = changed | first_pt
+        cur = np.where(changed, new_ids, np.where(first_pt, self._rid[gp], -1))
+        fill = np.maximum.accumulate(np.where(defined, np.arange(len(pts)), 0))
+        cur_ff = cur[fill]                            # rid shown after each point
+        before_rid = np.where(first_pt, self._rid[gp], np.roll(cur_ff, 1))
+        # outputs
+        gcols = {c: self._gkeys[c][gp] for c in self.group_by}
+        im, ip = np.flatnonzero(emit_minus), np.flatnonzero(emit_plus)
+        names = [a.out_name for a in self.aggs]
+        rows_m = Batch({**{c: v[im] for c, v in gcols.items()},
+                        **{nm: ov[im] for nm, ov in zip(names, old_vals)}}, ts=at[pts][im])
+        rows_p = Batch({**{c: v[ip] for c, v in gcols.items()},
+                        **{nm: nv[ip] for nm, nv in zip(names, new_vals)}}, ts=at[pts][ip])
+        out = Changes(Batch.concat([rows_m, rows_p]),
+                      np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)]),
+                      np.concatenate([at[pts][im], at[pts][ip]]),
+                      np.concatenate([before_rid[im], new_ids[ip]]))
+        # commit state: last point of each group
+        lastpt = np.ones(len(pts), bool)
+        if len(pts) > 1:
+            lastpt[:-1] = gp[1:] != gp[:-1]
+        L = pts[lastpt]
+        gl_ = g[L]
+        self._cnt[gl_] = cnt_after[L]
+        for k in range(len(self.aggs)):
+            self._n[k][gl_] = ns_after[k][L]
+            self._s[k][gl_] = ss_after[k][L]
+        self._exists[gl_] = exists_after[lastpt]
+        self._rid[gl_] = cur_ff[lastpt]
+        for k, a in enumerate(self.aggs):
+            if a.func in _HOLISTIC:
+                self._hval[k][gl_] = vals[k][L]
+        for k, h in enumerate(self._hol):
+            if h is not None:
+                for gi in gl_[self._cnt[gl_] == 0].tolist():
+                    if self.group_by and gi in h:
+                        self._rescans_closed += h[gi].rescans
+                        del h[gi]
+        self._compact()
+        return out
+
+    def _stored_values(self, gp):
+        hol = {k: self._hval[k][gp] for k, a in enumerate(self.aggs) if a.func in _HOLISTIC}
+        return self._values_from_state(gp, self._cnt[gp], [x[gp] for x in self._n],
+                                       [x[gp] for x in self._s], hol)
+
+
+def _isnan(x):
+    x = np.asarray(x)
+    return np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)

@@ -1,0 +1,384 @@
+"""Window joins: symmetric hash join, MJoin (multi-way, no intermediate
+state) and the join of a change stream with a static table."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...errors import SketchQLError
+from ..changes import Batch, Changes, as_batch, mix_rids
+from ._keys import expand_matches, joint_codes
+from .base import Operator, WK, STR
+
+__all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
+
+
+class _State:
+    """One input's live rows: columns, ts, rid, lifetime [start, end)."""
+
+    __slots__ = ("cols", "ts", "rid", "start", "end", "new", "touched")
+
+    def __init__(self):
+        self.cols = None
+        self.ts = np.empty(0)
+        self.rid = np.empty(0, np.int64)
+        self.start = np.empty(0)
+        self.end = np.empty(0)
+
+    def __len__(self):
+        return len(self.ts)
+
+    def apply(self, ch: Changes | None, where: str):
+        n0 = len(self.ts)
+        self.new = np.zeros(n0, bool)
+        self.touched = np.zeros(n0, bool)
+        if ch is None or not len(ch):
+            return
+        plus = ch.sign > 0
+        if plus.any():
+            rows = ch.rows.take(plus)
+            if self.cols is None:
+                self.cols = {k: v[:0] for k, v in rows.columns.items()}
+            elif list(rows.columns) != list(self.cols):
+                raise SketchQLError(f"{where}: columns {rows.names} differ from earlier {list(self.cols)}")
+            self.cols = {k: np.concatenate([self.cols[k], rows.columns[k]]) for k in self.cols}
+            self.ts = np.concatenate([self.ts, rows.ts])
+            self.rid = np.concatenate([self.rid, ch.rid[plus]])
+            self.start = np.concatenate([self.start, ch.at[plus]])
+            k = int(plus.sum())
+            self.end = np.concatenate([self.end, np.full(k, np.inf)])
+            self.new = np.concatenate([self.new, np.ones(k, bool)])
+            self.touched = np.concatenate([self.touched, np.ones(k, bool)])
+        minus = ~plus
+        if minus.any():
+            mr = ch.rid[minus]
+            alive = np.flatnonzero(np.isinf(self.end))
+            o = alive[np.argsort(self.rid[alive], kind="stable")]
+            srt = self.rid[o]
+            pos = np.searchsorted(srt, mr)
+            posc = np.minimum(pos, max(len(srt) - 1, 0))
+            if not len(srt) or np.any(srt[posc] != mr):
+                bad = mr[(pos >= len(srt)) | (srt[posc] != mr)][0] if len(srt) else mr[0]
+                raise SketchQLError(f"{where}: retraction of row rid={int(bad)} that is not in the window")
+            idx = o[posc]
+            if len(np.unique(idx)) != len(idx):
+                raise SketchQLError(f"{where}: the same row is retracted twice in one step")
+            self.end[idx] = ch.at[minus]
+            self.touched[idx] = True
+
+    def purge(self):
+        keep = np.isinf(self.end)
+        if not keep.all():
+            self.cols = {k: v[keep] for k, v in self.cols.items()}
+            self.ts, self.rid = self.ts[keep], self.rid[keep]
+            self.start, self.end = self.start[keep], self.end[keep]
+
+
+class MJoin(Operator):
+    """Multi-way windowed hash join with no intermediate state (MJoin).
+
+    Every input keeps only its own live rows (a lifetime [start, end): start
+    = the +1's ``at``, end = the −1's ``at``, ∞ while alive).  A composite
+    (r_1, ..., r_k) satisfying all equality ``conditions`` lives on
+    [max start, min end) and exists iff that interval is non-empty -- i.e.
+    every member is alive when the youngest arrives (golab-ozsu multi-join
+    paper, Tables 2-3, reference case W1).  In a step, each input i whose rows
+    were inserted or retracted probes the other inputs in ``probe_orders[i]``:
+    partial composites are extended by a hash (sort + searchsorted) lookup on
+    a condition linking the next input to an already bound one, and pruned at
+    once when their lifetime becomes empty.  A composite is built by its
+    lowest-index touched member only (no duplicates).  Emits + at
+    max start when a member is new, − at min end when a member left.  Output
+    columns: input i's columns prefixed with ``prefixes[i]``; ts = max of the
+    members' ts; rid = mix of the members' rids.  Update pattern: weak.
+
+    >>> import numpy as np
+    >>> j = MJoin(3, [((0, "a"), (1, "a")), ((1, "a"), (2, "a"))], prefixes=["s1.", "s2.", "s3."])
+    >>> j.n_inputs
+    3
+    """
+
+    update_pattern = WK
+
+    def __init__(self, n_inputs: int, conditions, prefixes: Sequence[str] | None = None,
+                 probe_orders: Mapping[int, Sequence[int]] | None = None):
+        super().__init__()
+        if n_inputs < 2:
+            raise SketchQLError("a join needs at least two inputs")
+        self.n_inputs = int(n_inputs)
+        self.conditions = []
+        for c in conditions:
+            (i, ci), (j, cj) = c
+            for k in (i, j):
+                if not 0 <= k < n_inputs:
+                    raise SketchQLError(f"join condition {c!r} names input {k}, but there are {n_inputs}")
+            if i == j:
+                raise SketchQLError(f"join condition {c!r} compares an input with itself")
+            self.conditions.append(((int(i), str(ci)), (int(j), str(cj))))
+        self.prefixes = list(prefixes) if prefixes is not None else [""] * n_inputs
+        if len(self.prefixes) != n_inputs:
+            raise SketchQLError(f"need {n_inputs} prefixes, got {len(self.prefixes)}")
+        self.probe_orders = {i: [j for j in range(n_inputs) if j != i] for i in range(n_inputs)}
+        for i, o in (probe_orders or {}).items():
+            self.set_probe_order(i, o)
+        self._states = [_State() for _ in range(n_inputs)]
+        self._out_names = None
+
+    def set_probe_order(self, i: int, order: Sequence[int]):
+        """Order in which a new tuple of input ``i`` probes the other inputs."""
+        order = [int(x) for x in order]
+        if sorted(order) != sorted(j for j in range(self.n_inputs) if j != i):
+            raise SketchQLError(f"probe order for input {i} must list every other input once, got {order}")
+        self.probe_orders[int(i)] = order
+
+    def state_size(self) -> int:
+        return sum(len(s) for s in self._states)
+
+    def _names(self):
+        names = []
+        for p, s in zip(self.prefixes, self._states):
+            names += [p + c for c in s.cols]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise SketchQLError(f"join output has duplicate column names {dup}; give prefixes")
+        return names
+
+    def _step(self, now, inputs):
+        S = self._states
+        for i, (st, ch) in enumerate(zip(S, inputs)):
+            if ch is not None and isinstance(ch, Batch):
+                raise SketchQLError("join inputs must be Changes (put a WindowScan before the join)")
+            st.apply(ch, f"{type(self).__name__} input {i}")
+        if not any(s.touched.any() for s in S) or any(s.cols is None for s in S):
+            for s in S:
+                if s.cols is not None:
+                    s.purge()
+            return Changes.empty()
+        if self._out_names is None:
+            self._out_names = self._names()
+        # joint key codes per condition over the full states
+        ccodes = []
+        for (a, ca), (b, cb) in self.conditions:
+            for k, c in ((a, ca), (b, cb)):
+                if c not in S[k].cols:
+                    raise SketchQLError(f"join column {c!r} not in input {k} (columns {list(S[k].cols)})")
+            xa, xb = joint_codes([[S[a].cols[ca]], [S[b].cols[cb]]])
+            ccodes.append({a: xa, b: xb})
+        sorted_cache = {}
+        parts = []
+        for i in range(self.n_inputs):
+            seed = np.flatnonzero(S[i].touched)
+            if not len(seed):
+                continue
+            idx = {i: seed}
+            s_ = S[i].start[seed]
+            e_ = S[i].end[seed]
+            nw_ = S[i].new[seed]
+            bound = [i]
+            for j in self.probe_orders[i]:
+                if not len(s_):
+                    break
+                link = [(ci, c) for ci, c in enumerate(self.conditions)
+                        if (c[0][0] == j and c[1][0] in bound) or (c[1][0] == j and c[0][0] in bound)]
+                if link:
+                    ci, c = link[0]
+                    other = c[0][0] if c[1][0] == j else c[1][0]
+                    key = (ci, j)
+                    if key not in sorted_cache:
+                        o = np.argsort(ccodes[ci][j], kind="stable")
+                        sorted_cache[key] = (o, ccodes[ci][j][o])
+                    o, srt = sorted_cache[key]
+                    pi, bpos = expand_matches(ccodes[ci][other][idx[other]], srt)
+                    bj = o[bpos]
+                    rest = link[1:]
+                else:
+                    n = len(S[j])
+                    pi = np.repeat(np.arange(len(s_)), n)
+                    bj = np.tile(np.arange(n), len(s_))
+                    rest = []
+                self._work += len(pi)
+                ok = np.ones(len(pi), bool)
+                if j < i:
+                    ok &= ~S[j].touched[bj]
+                for ci, c in rest:
+                    other = c[0][0] if c[1][0] == j else c[1][0]
+                    ok &= ccodes[ci][other][idx[other][pi]] == ccodes[ci][j][bj]
+                ns = np.maximum(s_[pi], S[j].start[bj])
+                ne = np.minimum(e_[pi], S[j].end[bj])
+                nw = nw_[pi] | S[j].new[bj]
+                # prune at once: a partial composite whose members' lifetimes do not
+                # overlap is dead, unless it was emitted earlier (no new member) and
+                # must now be retracted
+                ok &= (ns < ne) | (~np.isinf(ne) & ~nw)
+                pi, bj = pi[ok], bj[ok]
+                nw_ = nw[ok]
+                idx = {k: v[pi] for k, v in idx.items()}
+                idx[j] = bj
+                s_, e_ = ns[ok], ne[ok]
+                bound.append(j)
+            if len(s_) and len(bound) == self.n_inputs:
+                parts.append((idx, s_, e_))
+        outs = []
+        for idx, s_, e_ in parts:
+            anynew = np.zeros(len(s_), bool)
+            for k, v in idx.items():
+                anynew |= S[k].new[v]
+            live = s_ < e_
+            plus = anynew & live
+            minus = ~np.isinf(e_) & (live | ~anynew)
+            sel = plus | minus
+            if not sel.any():
+                continue
+            cols = {}
+            for k in range(self.n_inputs):
+                v = idx[k][sel]
+                for c, arr in S[k].cols.items():
+                    cols[self.prefixes[k] + c] = arr[v]
+            ts = np.max(np.stack([S[k].ts[idx[k][sel]] for k in range(self.n_inputs)]), axis=0)
+            rid = mix_rids(*[S[k].rid[idx[k][sel]] for k in range(self.n_inputs)])
+            rows = Batch(cols, ts=ts)
+            p, m = plus[sel], minus[sel]
+            ip, im = np.flatnonzero(p), np.flatnonzero(m)
+            outs.append(Changes(Batch.concat([rows.take(ip), rows.take(im)]),
+                                np.concatenate([np.ones(len(ip), np.int8), -np.ones(len(im), np.int8)]),
+                                np.concatenate([s_[sel][ip], e_[sel][im]]),
+                                np.concatenate([rid[ip], rid[im]]), sort=False))
+        for s in S:
+            s.purge()
+        if not outs:
+            return Changes.empty(self._out_names)
+        out = Changes.concat(outs)
+        return Changes(out.rows, out.sign, out.at, out.rid)   # sort by (at, sign)
+
+
+class SymmetricHashJoin(MJoin):
+    """Two-way symmetric hash join of two windowed change streams.
+
+    ``on = [(left_col, right_col), ...]`` (equalities).  Each side's live rows
+    are hashed (sorted codes); a new row on either side probes the other's
+    live rows; a pair exists on [max start, min end), so it expires when the
+    first of the pair expires, not in arrival order (W5).
+
+    >>> import numpy as np
+    >>> from sketchql.operators.exact import WindowScan, WindowSpec
+    >>> L, R = WindowScan(WindowSpec.range(10)), WindowScan(WindowSpec.range(10))
+    >>> j = SymmetricHashJoin([("k", "k")], prefixes=("l.", "r."))
+    >>> a = L.step(7, Batch({"k": np.array([1, 2])}, ts=np.array([1., 5.])))
+    >>> b = R.step(7, Batch({"k": np.array([2, 1])}, ts=np.array([6., 7.])))
+    >>> out = j.step(7, a, b)
+    >>> out.at.tolist(), out.columns["l.k"].tolist()
+    ([6.0, 7.0], [2, 1])
+    """
+
+    def __init__(self, on, prefixes: Sequence[str] = ("", "")):
+        if isinstance(on, str):
+            on = [(on, on)]
+        on = [(c, c) if isinstance(c, str) else tuple(c) for c in on]
+        if not on:
+            raise SketchQLError("SymmetricHashJoin needs at least one equality in `on`")
+        super().__init__(2, [((0, l), (1, r)) for l, r in on], prefixes=prefixes)
+        self.on = on
+
+
+class StaticJoin(Operator):
+    """Join a change stream with a static (non-retroactive) relation.
+
+    Every +/− row of the stream is joined with the table rows having equal
+    keys (``on = [(stream_col, table_col), ...]``); the output carries the
+    stream row's sign and time and rid = mix(stream rid, table row id).
+    ``set_table(new)`` affects only stream rows that arrive afterwards (NRR
+    semantics, update-pattern paper §4): a retraction is joined with the
+    table version its insertion saw, so the output stays consistent.  The
+    update pattern is the input's.
+
+    >>> import numpy as np
+    >>> sj = StaticJoin({"k": np.array([1, 2]), "name": np.array(["a", "b"])}, on=[("k", "k")], prefix="t.")
+    >>> ch = Changes.inserts(Batch({"k": np.array([2])}, ts=np.array([1.])), at=[1.], rid=[0])
+    >>> sj.push(ch).columns["t.name"].tolist()
+    ['b']
+    """
+
+    def __init__(self, table, on, prefix: str = ""):
+        super().__init__()
+        on = [(c, c) if isinstance(c, str) else tuple(c) for c in ([on] if isinstance(on, str) else on)]
+        self.on = on
+        self.prefix = prefix
+        self._tables: dict[int, Batch] = {}
+        self._version = -1
+        self._live_rid = np.empty(0, np.int64)
+        self._live_ver = np.empty(0, np.int64)
+        self.set_table(table)
+
+    def set_table(self, table):
+        tb = table if isinstance(table, Batch) else _table_batch(table)
+        for _, tc in self.on:
+            if tc not in tb.columns:
+                raise SketchQLError(f"static table has no join column {tc!r} (columns {tb.names})")
+        self._version += 1
+        self._tables[self._version] = tb
+
+    def state_size(self) -> int:
+        return len(self._live_rid) + sum(len(t) for t in self._tables.values())
+
+    def _join(self, ch: Changes, tb: Batch) -> Changes:
+        for sc, _ in self.on:
+            if sc not in ch.columns:
+                raise SketchQLError(f"stream has no join column {sc!r} (columns {ch.names})")
+        codes = [joint_codes([[ch.columns[sc]], [tb.columns[tc]]]) for sc, tc in self.on]
+        o = np.argsort(codes[0][1], kind="stable")
+        pi, bpos = expand_matches(codes[0][0], codes[0][1][o])
+        ti = o[bpos]
+        ok = np.ones(len(pi), bool)
+        for cs, ct in codes[1:]:
+            ok &= cs[pi] == ct[ti]
+        pi, ti = pi[ok], ti[ok]
+        self._work += len(ch) + len(pi)
+        cols = {c: v[pi] for c, v in ch.columns.items()}
+        for c, v in tb.columns.items():
+            name = self.prefix + c
+            if name in cols:
+                raise SketchQLError(f"static join output has duplicate column {name!r}; give a prefix")
+            cols[name] = v[ti]
+        return Changes(Batch(cols, ts=ch.ts[pi]), ch.sign[pi], ch.at[pi],
+                       mix_rids(ch.rid[pi], ti), sort=False)
+
+    def _step(self, now, inputs):
+        ch = inputs[0]
+        if ch is None or not len(ch):
+            return Changes.empty()
+        plus = ch.sign > 0
+        # versions: + rows see the current table; − rows the version their + saw
+        ver = np.full(len(ch), self._version, np.int64)
+        self._live_rid = np.concatenate([self._live_rid, ch.rid[plus]])
+        self._live_ver = np.concatenate([self._live_ver, ver[plus]])
+        if (~plus).any():
+            o = np.argsort(self._live_rid, kind="stable")
+            srt = self._live_rid[o]
+            pos = np.searchsorted(srt, ch.rid[~plus])
+            posc = np.minimum(pos, max(len(srt) - 1, 0))
+            if not len(srt) or np.any(srt[posc] != ch.rid[~plus]):
+                raise SketchQLError("StaticJoin: retraction of a row that never arrived")
+            ver[~plus] = self._live_ver[o[posc]]
+            keep = np.ones(len(self._live_rid), bool)
+            keep[o[posc]] = False
+            self._live_rid, self._live_ver = self._live_rid[keep], self._live_ver[keep]
+        outs = [self._join(ch.take(ver == v), tb) for v, tb in self._tables.items() if (ver == v).any()]
+        used = set(np.unique(self._live_ver).tolist()) | {self._version}
+        self._tables = {v: t for v, t in self._tables.items() if v in used}
+        out = Changes.concat(outs)
+        return Changes(out.rows, out.sign, out.at, out.rid)
+
+
+def _table_batch(table) -> Batch:
+    mod = type(table).__module__
+    if mod.startswith("pandas"):
+        cols = {str(c): table[c].to_numpy() for c in table.columns}
+    elif mod.startswith("pyarrow"):
+        cols = {str(n): table.column(i).to_numpy(zero_copy_only=False) for i, n in enumerate(table.schema.names)}
+    elif isinstance(table, Mapping):
+        cols = {str(k): np.asarray(v) for k, v in table.items()}
+    else:
+        raise SketchQLError(f"cannot read a static table from {type(table).__name__}")
+    n = len(next(iter(cols.values()))) if cols else 0
+    return Batch(cols, ts=np.zeros(n))
