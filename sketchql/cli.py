@@ -16,6 +16,7 @@ _COMMAND_MODULES = [
     "sketchql.operators.commands",   # replay
     "sketchql.spark.commands",       # spark-build, load-summary
     "sketchql.approx.commands",      # bench helpers
+    "sketchql.service.commands",     # serve
 ]
 
 
@@ -48,10 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tuples", type=int, default=1_000_000)
     d.add_argument("--seed", type=int, default=7)
     d.set_defaults(func=_cmd_demo)
-    s = sub.add_parser("serve", help="run the service on its embedded default with a demo stream")
-    s.add_argument("--tuples", type=int, default=1_000_000)
-    s.add_argument("--seed", type=int, default=7)
-    s.set_defaults(func=_cmd_demo)
     for modname in _COMMAND_MODULES:
         try:
             mod = importlib.import_module(modname)

@@ -13,7 +13,7 @@ def test_help_lists_commands(capsys):
     except SystemExit as exc:
         assert exc.code == 0
     out = capsys.readouterr().out
-    assert "serve" in out and "demo" in out
+    assert "demo" in out
 
 
 def test_demo_estimates_close_to_exact(capsys):

@@ -1,24 +1,36 @@
 """Count sketch (Charikar, Chen, Farach-Colton 2002): the default summary.
 
-A ``d x w`` table of int64 counters.  Row ``r`` has a bucket hash
-``h_r(x) in [0, w)`` and a sign hash ``s_r(x) in {-1, +1}`` (both from one
-seeded 64-bit hash: low bits -> bucket, top bit -> sign).  Summarize adds
+A ``d x w`` table ``C`` of int64 counters.  Row ``r`` hashes a key ``x`` once,
+``z_r = splitmix64(code(x) + seed_r * GOLDEN)`` (see :mod:`.hashing`), and
+reads a bucket ``h_r(x) = (z_r >> 1) mod w`` and a sign
+``s_r(x) = +1 if z_r & 1 == 0 else -1`` from it.  Summarize adds
 ``s_r(x) * weight`` to ``C[r, h_r(x)]``; Estimate returns the median over rows
 of ``s_r(x) * C[r, h_r(x)]``, an unbiased per-row estimate of the frequency
 ``f_x`` with variance at most ``F2 / w`` (``F2 = sum_y f_y^2``).
 
-Linearity: the table is a linear function of the frequency vector, so
-``merge``/``subtract`` are exact element-wise additions, ``a + b - b == a``,
-and sketches built from any split of the data merge to identical bytes.
+Internally a key's (bucket, sign) pair in row ``r`` is one "signed bin"
+``2 (r w + h_r(x)) + [s_r(x) < 0]``: ingest is one integer ``bincount`` over
+signed bins (positive minus negative halves), estimation one gather from the
+table interleaved with its negation, followed by a min/max median network.
+Both run over cache-sized chunks of the batch.
+
+Linearity: the table is a linear function of the frequency vector (in
+wrapping int64 arithmetic), so ``merge``/``subtract`` are exact element-wise
+additions, ``a + b - b == a``, and sketches built from any split of the data
+merge to identical bytes (the optional heavy-hitter candidate list is a
+heuristic and may differ between splits; the counters never do).
 
 Error bound: by Chebyshev a row is off by more than ``k sqrt(F2/w)`` with
 probability at most ``1/k^2``; the median is off only if at least ``ceil(d/2)``
 rows are, so ``error_bound(c)`` returns ``k sqrt(F2_hat/w)`` for the smallest
 ``k`` with ``P[Binom(d, 1/k^2) >= ceil(d/2)] <= 1 - c``.  With ``w = ceil(3/eps^2)``
-and ``d = 2 ceil(ln(1/delta)) + 1`` this is the classic ``eps ||f||_2`` bound.
+and ``d = 2 ceil(ln(1/delta) / 2) + 1`` this is the classic ``eps ||f||_2`` bound.
 
 Confidence: ``1 - min(1, sqrt(F2_hat / w) / L1)``, one minus the standard error
 of a point estimate as a share of the summarized mass (1.0 when empty).
+
+Memory: ``nbytes == d * w * 8 + CountSketch.OVERHEAD`` (plus the candidate
+keys when heavy hitters are tracked), which is also ``len(to_bytes())``.
 
 >>> import numpy as np
 >>> cs = CountSketch(d=5, w=1024, seed=1)
@@ -26,6 +38,8 @@ of a point estimate as a share of the summarized mass (1.0 when empty).
 >>> cs.estimate(np.array([7, 3, 99])).tolist()
 [3, 1, 0]
 >>> (cs + cs - cs).to_bytes() == cs.to_bytes()
+True
+>>> cs.nbytes == 5 * 1024 * 8 + CountSketch.OVERHEAD
 True
 """
 from __future__ import annotations
@@ -38,12 +52,15 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import SummaryError
-from .hashing import hash_codes, key_codes, as_key_array
+from .hashing import as_key_array, hash_codes, key_codes, mix_inplace, seed_offset
 
 _MAGIC = b"SQCS"
-_VERSION = 1
-_HEADER = struct.Struct("<4sHHIQqqQ")  # magic, version, d, w, seed, total, total_abs, n_heavy
-_SIGN_SHIFT = np.uint64(63)
+_VERSION = 2          # 2: bucket = (z >> 1) mod w, sign = low bit
+_HEADER = struct.Struct("<4sHHIQqqQI")  # magic, version, d, w, seed, total, total_abs, n_heavy, track_heavy
+_CHUNK = 1 << 14      # keys per chunk: d * 16k * 8 B stays in L2
+_EXACT_FLOAT = 2.0**53
+_ONE = np.uint64(1)
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 @lru_cache(maxsize=256)
@@ -52,8 +69,6 @@ def _chebyshev_k(d: int, confidence: float) -> float:
 
     need = (d + 1) // 2
     lo, hi = 1.0, 1e6
-    if binom.sf(need - 1, d, 1.0) <= 1 - confidence:
-        return 1.0
     for _ in range(80):
         mid = math.sqrt(lo * hi)
         if binom.sf(need - 1, d, min(1.0, 1.0 / mid**2)) <= 1 - confidence:
@@ -68,18 +83,63 @@ def _row_seeds(seed: int, d: int) -> list[int]:
     return [int(s) for s in base]
 
 
+def _median_rows(vals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Median over axis 0 of a (d, m) array; exact ints for odd d (min/max networks).
+
+    ``out`` (length m) receives the result when given (d = 1, 3, 5 fast paths).
+    """
+    d = vals.shape[0]
+    if d == 1:
+        if out is None:
+            return vals[0].copy()
+        out[...] = vals[0]
+        return out
+    if d == 3:
+        a, b, c = vals
+        lo = np.minimum(a, b)
+        hi = np.maximum(a, b)
+        np.minimum(hi, c, out=hi)
+        return np.maximum(lo, hi, out=lo if out is None else out)
+    if d == 5:
+        # median5 = median3(e, max(min(a,b), min(c,d)), min(max(a,b), max(c,d)))
+        a, b, c, dd, e = vals
+        lo1, hi1 = np.minimum(a, b), np.maximum(a, b)
+        lo2, hi2 = np.minimum(c, dd), np.maximum(c, dd)
+        f = np.maximum(lo1, lo2, out=lo1)
+        g = np.minimum(hi1, hi2, out=hi1)
+        lo = np.minimum(f, g, out=lo2)
+        hi = np.maximum(f, g, out=hi2)
+        np.minimum(hi, e, out=hi)
+        return np.maximum(lo, hi, out=lo if out is None else out)
+    res = np.partition(vals, d // 2, axis=0)[d // 2] if d % 2 else np.median(vals, axis=0)
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
 class CountSketch:
-    """Linear frequency summary: see the module docstring for the math."""
+    """Linear frequency summary (count sketch); see the module docstring for the math.
+
+    ``CountSketch(d, w, seed, track_heavy)``: ``d`` rows of ``w`` int64
+    counters; ``track_heavy=k`` keeps the top-k candidate keys.  Or size it
+    from the error you want with :meth:`from_error`.
+
+    >>> import numpy as np
+    >>> a = CountSketch(5, 256, seed=3).update(np.arange(100))
+    >>> b = CountSketch(5, 256, seed=3).update(np.arange(100, 150))
+    >>> (a + b).to_bytes() == CountSketch(5, 256, seed=3).update(np.arange(150)).to_bytes()
+    True
+    """
 
     kind = "countsketch"
+    OVERHEAD = _HEADER.size   # bytes besides the d*w*8 counters
 
     def __init__(self, d: int = 5, w: int = 4096, seed: int = 0, track_heavy: int = 0):
-        if int(d) != d or d < 1:
-            raise SummaryError(f"CountSketch: depth d must be a positive integer, got {d!r}")
-        if int(w) != w or w < 1:
-            raise SummaryError(f"CountSketch: width w must be a positive integer, got {w!r}")
-        if int(seed) != seed or seed < 0 or seed >= 2**64:
-            raise SummaryError(f"CountSketch: seed must be an integer in [0, 2^64), got {seed!r}")
+        for name, v, lo, hi in (("depth d", d, 1, 2**16 - 1), ("width w", w, 1, 2**31 - 1),
+                                ("seed", seed, 0, 2**64 - 1), ("track_heavy", track_heavy, 0, 2**31 - 1)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise SummaryError(f"CountSketch: {name} must be an integer in [{lo}, {hi}], got {v!r}")
         self.d, self.w, self.seed = int(d), int(w), int(seed)
         self.table = np.zeros((self.d, self.w), dtype=np.int64)
         self.total = 0          # signed sum of weights (net count)
@@ -87,7 +147,10 @@ class CountSketch:
         self.track_heavy = int(track_heavy)
         self._heavy: np.ndarray | None = None
         self._seeds = _row_seeds(self.seed, self.d)
-        self._offsets = (np.arange(self.d, dtype=np.int64) * self.w)[:, None]
+        self._row_off = [seed_offset(s) for s in self._seeds]
+        self._row_base = [np.uint64(2 * r * self.w) for r in range(self.d)]
+        self._pow2 = self.w & (self.w - 1) == 0
+        self._bin_mask = np.uint64(2 * self.w - 1)
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -110,100 +173,222 @@ class CountSketch:
         return out
 
     # -- hashing -----------------------------------------------------------
+    def _bins_chunks(self, codes: np.ndarray):
+        """Yield ``(start, bins)`` with ``bins`` (d, m) uint64 signed bins of ``codes[start:start+m]``.
+
+        ``bins`` is a reused scratch buffer: consume it before the next step.
+        """
+        n = len(codes)
+        size = min(n, _CHUNK)
+        buf = np.empty((self.d, size), dtype=np.uint64)
+        tmp = np.empty(size, dtype=np.uint64)
+        for s in range(0, n, _CHUNK):
+            c = codes[s:s + _CHUNK]
+            m = len(c)
+            t = tmp[:m]
+            for r in range(self.d):
+                z = buf[r, :m]
+                np.add(c, self._row_off[r], out=z)
+                mix_inplace(z, t)
+                if self._pow2:
+                    z &= self._bin_mask                      # 2 * (bucket) + sign bit
+                else:
+                    np.bitwise_and(z, _ONE, out=t)
+                    z >>= _ONE
+                    z %= np.uint64(self.w)
+                    z <<= _ONE
+                    z |= t
+                z += self._row_base[r]
+            yield s, buf[:, :m]
+
     def locate(self, values) -> tuple[np.ndarray, np.ndarray]:
-        """Flat counter index (d, n) and sign (d, n) of every key.
+        """Flat counter index (d, n) int64 and sign (d, n) int64 of every key.
 
         Lets callers that update many sketches of the same shape (the index's
-        cells) hash a batch once and reuse it.
+        cells) hash a batch once and reuse it with :meth:`update_located` /
+        :meth:`estimate_located`.
         """
-        codes = key_codes(values)
-        idx = np.empty((self.d, len(codes)), dtype=np.int64)
-        sgn = np.empty((self.d, len(codes)), dtype=np.int64)
-        for r, s in enumerate(self._seeds):
-            h = hash_codes(codes, s)
-            idx[r] = (h % np.uint64(self.w)).astype(np.int64)
-            sgn[r] = 1 - 2 * (h >> _SIGN_SHIFT).astype(np.int64)
-        idx += self._offsets
+        codes = key_codes(values, "CountSketch.locate values")
+        n = len(codes)
+        idx = np.empty((self.d, n), dtype=np.int64)
+        sgn = np.empty((self.d, n), dtype=np.int64)
+        for s, bins in self._bins_chunks(codes):
+            m = bins.shape[1]
+            b = bins.view(np.int64)
+            np.right_shift(b, 1, out=idx[:, s:s + m])
+            sg = sgn[:, s:s + m]
+            np.bitwise_and(b, 1, out=sg)
+            sg *= -2
+            sg += 1
         return idx, sgn
 
     # -- Summarize / Estimate --------------------------------------------------
-    def _check_weights(self, weights, n: int) -> np.ndarray | None:
+    @staticmethod
+    def _check_weights(weights, n: int, where: str = "CountSketch.update") -> np.ndarray | None:
         if weights is None:
             return None
         w = np.asarray(weights)
         if w.ndim == 0:
             w = np.full(n, w)
         if w.shape != (n,):
-            raise SummaryError(f"CountSketch.update: weights shape {w.shape} does not match {n} values")
+            raise SummaryError(f"{where}: weights shape {w.shape} does not match {n} values")
+        if w.dtype == object:
+            try:
+                w = w.astype(np.float64)
+            except (TypeError, ValueError):
+                raise SummaryError(f"{where}: weights must be numbers") from None
         if w.dtype.kind == "f":
-            if not np.isfinite(w).all() or (w != np.rint(w)).any():
-                raise SummaryError("CountSketch.update: weights must be finite integers (counters are int64)")
-        elif w.dtype.kind not in "biu":
-            raise SummaryError(f"CountSketch.update: unsupported weight dtype {w.dtype}")
-        return w.astype(np.int64)
+            bad = ~np.isfinite(w) | (w != np.rint(w)) | (np.abs(w) >= 2.0**63)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise SummaryError(f"{where}: weights must be finite integers (counters are int64); "
+                                   f"weight at position {i} is {w[i]!r}")
+        elif w.dtype.kind == "u":
+            if len(w) and int(w.max()) > _I64_MAX:
+                raise SummaryError(f"{where}: weight {int(w.max())} does not fit an int64 counter")
+        elif w.dtype.kind not in "bi":
+            raise SummaryError(f"{where}: unsupported weight dtype {w.dtype} (use integers)")
+        return w.astype(np.int64, copy=False)
+
+    def _add_totals(self, n: int, weights: np.ndarray | None) -> None:
+        if weights is None:
+            self.total += n
+            self.total_abs += n
+            return
+        absw = np.abs(weights.astype(np.float64))
+        if float(absw.sum()) < 2.0**62:
+            self.total += int(weights.sum())
+            self.total_abs += int(np.abs(weights).sum())
+        else:  # exact Python-int sums (rare, large weights)
+            self.total += sum(int(x) for x in weights)
+            self.total_abs += sum(abs(int(x)) for x in weights)
+
+    def _weights_exact_in_float(self, weights: np.ndarray) -> bool:
+        return float(np.abs(weights.astype(np.float64)).sum()) < _EXACT_FLOAT
 
     def update(self, values, weights=None) -> "CountSketch":
-        """Summarize a batch: add each key's (integer) weight, default 1."""
+        """Summarize a batch: add each key's (integer) weight, default 1. Returns self."""
         keys = as_key_array(values, "CountSketch.update values")
         wts = self._check_weights(weights, len(keys))
-        idx, sgn = self.locate(keys)
-        self.update_located(idx, sgn, wts)
+        codes = key_codes(keys, "CountSketch.update values")
+        nb = 2 * self.d * self.w
+        flat = self.table.reshape(-1)
+        if wts is None:
+            acc = np.zeros(nb, dtype=np.int64)
+            for _, bins in self._bins_chunks(codes):
+                acc += np.bincount(bins.view(np.int64).reshape(-1), minlength=nb)
+            flat += acc[0::2]
+            flat -= acc[1::2]
+        elif self._weights_exact_in_float(wts):
+            wf = wts.astype(np.float64)
+            acc = np.zeros(nb, dtype=np.float64)
+            for s, bins in self._bins_chunks(codes):
+                ws = wf[s:s + bins.shape[1]]
+                for r in range(self.d):
+                    acc += np.bincount(bins[r].view(np.int64), weights=ws, minlength=nb)
+            flat += np.rint(acc[0::2] - acc[1::2]).astype(np.int64)
+        else:
+            for s, bins in self._bins_chunks(codes):
+                b = bins.view(np.int64)
+                ws = wts[s:s + b.shape[1]]
+                contrib = np.where(b & 1, -ws[None, :], ws[None, :])
+                np.add.at(flat, (b >> 1).reshape(-1), contrib.reshape(-1))
+        self._add_totals(len(codes), wts)
         if self.track_heavy and len(keys):
             self._refresh_heavy(np.unique(keys))
         return self
 
+    def _check_located(self, idx, sgn, where: str) -> tuple[np.ndarray, np.ndarray]:
+        idx, sgn = np.asarray(idx), np.asarray(sgn)
+        if idx.ndim != 2 or idx.shape[0] != self.d or sgn.shape != idx.shape:
+            raise SummaryError(f"{where}: expected idx and sgn of shape ({self.d}, n) from locate(), "
+                               f"got {idx.shape} and {sgn.shape}")
+        return idx, sgn
+
     def update_located(self, idx: np.ndarray, sgn: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Add a batch already hashed with :meth:`locate` (same d, w, seed)."""
-        if idx.shape[1] == 0:
+        idx, sgn = self._check_located(idx, sgn, "CountSketch.update_located")
+        n = idx.shape[1]
+        wts = self._check_weights(weights, n, "CountSketch.update_located")
+        if n == 0:
             return
-        contrib = sgn if weights is None else sgn * weights[None, :]
-        acc = np.bincount(idx.ravel(), weights=contrib.ravel(), minlength=self.d * self.w)
-        self.table += np.rint(acc).astype(np.int64).reshape(self.d, self.w)
-        tot = idx.shape[1] if weights is None else int(weights.sum())
-        self.total += tot
-        self.total_abs += idx.shape[1] if weights is None else int(np.abs(weights).sum())
+        nb = self.d * self.w
+        flat = self.table.reshape(-1)
+        if wts is None:
+            signed = idx * 2
+            signed += sgn < 0
+            acc = np.bincount(signed.reshape(-1), minlength=2 * nb)
+            flat += acc[0::2]
+            flat -= acc[1::2]
+        elif self._weights_exact_in_float(wts):
+            wf = wts.astype(np.float64)
+            acc = np.zeros(nb, dtype=np.float64)
+            for r in range(self.d):
+                acc += np.bincount(idx[r], weights=sgn[r] * wf, minlength=nb)
+            flat += np.rint(acc).astype(np.int64)
+        else:
+            np.add.at(flat, idx.reshape(-1), (sgn * wts[None, :]).reshape(-1))
+        self._add_totals(n, wts)
 
     def estimate(self, values) -> np.ndarray:
-        """Median-of-rows frequency estimate of each key (int64 for odd d)."""
-        idx, sgn = self.locate(as_key_array(values, "CountSketch.estimate values"))
-        return self.estimate_located(idx, sgn)
+        """Median-of-rows frequency estimate of each key (int64 for odd d, float64 for even d)."""
+        codes = key_codes(values, "CountSketch.estimate values")
+        n = len(codes)
+        out = np.empty(n, dtype=np.int64 if self.d % 2 else np.float64)
+        flat = self.table.reshape(-1)
+        # [C0, -C0, C1, -C1, ...] so that one gather by signed bin applies the sign;
+        # int32 when the counters allow it (half the cache traffic, faster median)
+        small = flat.size == 0 or (int(flat.min()) > -(2**31) and int(flat.max()) < 2**31)
+        dt = np.int32 if small else np.int64
+        signed = np.empty(2 * flat.size, dtype=dt)
+        signed[0::2] = flat
+        np.negative(flat, out=signed[1::2], casting="unsafe")
+        vals = np.empty((self.d, min(n, _CHUNK)), dtype=dt)
+        for s, bins in self._bins_chunks(codes):
+            m = bins.shape[1]
+            v = vals[:, :m]
+            np.take(signed, bins.view(np.int64), out=v, mode="wrap")  # bins are in range by construction
+            _median_rows(v, out=out[s:s + m])
+        return out
 
     def estimate_located(self, idx: np.ndarray, sgn: np.ndarray) -> np.ndarray:
-        rows = self.table.ravel()[idx] * sgn
-        if self.d == 1:
-            return rows[0]
-        if self.d % 2:
-            return np.sort(rows, axis=0)[self.d // 2]
-        return np.median(rows, axis=0)
+        """Estimate for a batch already hashed with :meth:`locate`."""
+        idx, sgn = self._check_located(idx, sgn, "CountSketch.estimate_located")
+        rows = np.take(self.table.reshape(-1), idx)
+        rows *= sgn
+        return _median_rows(rows)
 
     # -- moments ---------------------------------------------------------------
     def f2(self) -> float:
         """Estimate of F2 = sum_x f_x^2 (median over rows of the row's squared norm)."""
-        return float(np.median((self.table.astype(np.float64) ** 2).sum(axis=1)))
+        t = self.table.astype(np.float64)
+        return float(np.median(np.einsum("ij,ij->i", t, t)))
 
     def inner_product(self, other: "CountSketch") -> float:
         """Estimate of sum_x f_x g_x (the equi-join size of the two streams)."""
         self._check_compatible(other, "inner_product")
-        return float(np.median((self.table.astype(np.float64) * other.table).sum(axis=1)))
+        return float(np.median(np.einsum("ij,ij->i", self.table.astype(np.float64),
+                                         other.table.astype(np.float64))))
 
     def confidence(self) -> float:
+        """``1 - min(1, sqrt(F2_hat / w) / L1)`` in [0, 1]; 1.0 for an empty sketch."""
         if self.total_abs == 0:
             return 1.0
         return 1.0 - min(1.0, math.sqrt(self.f2() / self.w) / self.total_abs)
 
     def error_bound(self, confidence: float = 0.95) -> float:
         """Additive bound on |estimate - f| holding with probability ``confidence``."""
-        if not (0 < confidence < 1):
-            raise SummaryError(f"error_bound: confidence must be in (0, 1), got {confidence}")
+        if not isinstance(confidence, (int, float, np.floating)) or not (0 < confidence < 1):
+            raise SummaryError(f"error_bound: confidence must be in (0, 1), got {confidence!r}")
         return _chebyshev_k(self.d, float(confidence)) * math.sqrt(self.f2() / self.w)
 
     # -- heavy hitters ---------------------------------------------------------
     def _refresh_heavy(self, candidates: np.ndarray) -> None:
         if self._heavy is not None and len(self._heavy):
-            try:
-                candidates = np.unique(np.concatenate([self._heavy, candidates]))
-            except (TypeError, ValueError, np.exceptions.DTypePromotionError):
-                raise SummaryError("CountSketch heavy hitters: key types of batches differ") from None
+            if (self._heavy.dtype.kind in "US") != (candidates.dtype.kind in "US"):
+                raise SummaryError("CountSketch heavy hitters: key types of batches differ "
+                                   f"({self._heavy.dtype} vs {candidates.dtype})")
+            candidates = np.unique(np.concatenate([self._heavy, candidates]))
         est = self.estimate(candidates)
         keep = np.argsort(-est, kind="stable")[: self.track_heavy]
         keep = keep[est[keep] > 0]
@@ -229,7 +414,7 @@ class CountSketch:
             raise SummaryError(f"CountSketch.{op}: sketches differ in " + ", ".join(bad))
 
     def merge(self, other: "CountSketch") -> "CountSketch":
-        """Add(self, other) in place: counters add exactly."""
+        """Add(self, other) in place: counters add exactly. Returns self."""
         self._check_compatible(other, "merge")
         self.table += other.table
         self.total += other.total
@@ -239,7 +424,7 @@ class CountSketch:
         return self
 
     def subtract(self, other: "CountSketch") -> "CountSketch":
-        """Subtract(self, other) in place: removes an expired region exactly."""
+        """Subtract(self, other) in place: removes an expired region exactly. Returns self."""
         self._check_compatible(other, "subtract")
         self.table -= other.table
         self.total -= other.total
@@ -265,9 +450,10 @@ class CountSketch:
         """Fold width w into w/factor (bucket b -> b mod w/factor); returns a new sketch.
 
         Exact: equals the sketch of the same data built directly at width
-        w/factor, because ``h mod (w/f) == (h mod w) mod (w/f)`` when f divides w.
+        w/factor, because ``x mod (w/f) == (x mod w) mod (w/f)`` when f divides w.
         """
-        if int(factor) != factor or factor < 1 or self.w % factor:
+        if (isinstance(factor, bool) or not isinstance(factor, (int, np.integer))
+                or factor < 1 or self.w % factor):
             raise SummaryError(f"compress: factor must be a positive divisor of w={self.w}, got {factor!r}")
         out = CountSketch(self.d, self.w // int(factor), self.seed, self.track_heavy)
         out.table[...] = self.table.reshape(self.d, int(factor), out.w).sum(axis=1)
@@ -278,36 +464,61 @@ class CountSketch:
     # -- serialization -------------------------------------------------------------
     @property
     def nbytes(self) -> int:
-        """Memory of the summary: d*w*8 counter bytes plus a constant header."""
-        return self.table.nbytes + _HEADER.size
+        """Memory of the summary: d*w*8 counter bytes plus a constant header (plus heavy candidates)."""
+        heavy = 0 if self._heavy is None else self._heavy.nbytes
+        return self.table.nbytes + self.OVERHEAD + heavy
 
     def to_bytes(self) -> bytes:
+        """Little-endian, machine-independent bytes (header, counters, optional candidates)."""
         heavy = b""
         n_heavy = 0
         if self._heavy is not None and len(self._heavy):
             buf = io.BytesIO()
-            np.save(buf, self._heavy, allow_pickle=False)
-            heavy, n_heavy = buf.getvalue(), len(self._heavy)
-        head = _HEADER.pack(_MAGIC, _VERSION, self.d, self.w, self.seed, self.total, self.total_abs, n_heavy)
-        return head + struct.pack("<I", self.track_heavy) + self.table.astype("<i8").tobytes() + heavy
+            h = self._heavy
+            np.save(buf, h.astype(h.dtype.newbyteorder("<")), allow_pickle=False)
+            heavy, n_heavy = buf.getvalue(), len(h)
+        for name, v in (("total", self.total), ("total_abs", self.total_abs)):
+            if not _I64_MIN <= v <= _I64_MAX:
+                raise SummaryError(f"CountSketch.to_bytes: {name}={v} does not fit the int64 header")
+        head = _HEADER.pack(_MAGIC, _VERSION, self.d, self.w, self.seed, self.total, self.total_abs,
+                            n_heavy, self.track_heavy)
+        return head + self.table.astype("<i8", copy=False).tobytes() + heavy
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "CountSketch":
-        if len(data) < _HEADER.size + 4:
-            raise SummaryError(f"CountSketch.from_bytes: {len(data)} bytes is too short for a header")
-        magic, ver, d, w, seed, total, total_abs, n_heavy = _HEADER.unpack_from(data)
-        if magic != _MAGIC or ver != _VERSION:
-            raise SummaryError(f"CountSketch.from_bytes: not a count sketch (magic {magic!r}, version {ver})")
-        (track,) = struct.unpack_from("<I", data, _HEADER.size)
-        off = _HEADER.size + 4
+    def from_bytes(cls, data) -> "CountSketch":
+        """Inverse of :meth:`to_bytes`; raises SummaryError on anything else."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SummaryError(f"CountSketch.from_bytes: expected bytes, got {type(data).__name__}")
+        data = bytes(data)
+        if len(data) < _HEADER.size:
+            raise SummaryError(f"CountSketch.from_bytes: {len(data)} bytes is too short for a "
+                               f"{_HEADER.size}-byte header")
+        magic, ver, d, w, seed, total, total_abs, n_heavy, track = _HEADER.unpack_from(data)
+        if magic != _MAGIC:
+            raise SummaryError(f"CountSketch.from_bytes: not a count sketch (magic {magic!r}, expected {_MAGIC!r})")
+        if ver != _VERSION:
+            raise SummaryError(f"CountSketch.from_bytes: unsupported format version {ver} (expected {_VERSION})")
+        if d < 1 or w < 1 or w > 2**31 - 1 or total_abs < 0 or track > 2**31 - 1 or n_heavy > track:
+            raise SummaryError(f"CountSketch.from_bytes: corrupt header (d={d}, w={w}, total_abs={total_abs}, "
+                               f"n_heavy={n_heavy}, track_heavy={track})")
+        off = _HEADER.size
         end = off + d * w * 8
         if len(data) < end:
             raise SummaryError(f"CountSketch.from_bytes: truncated table ({len(data)} < {end} bytes)")
+        if n_heavy == 0 and len(data) != end:
+            raise SummaryError(f"CountSketch.from_bytes: {len(data) - end} unexpected trailing bytes")
         out = cls(d, w, seed, track)
         out.table[...] = np.frombuffer(data, dtype="<i8", count=d * w, offset=off).reshape(d, w)
         out.total, out.total_abs = total, total_abs
         if n_heavy:
-            out._heavy = np.load(io.BytesIO(data[end:]), allow_pickle=False)
+            try:
+                heavy = np.load(io.BytesIO(data[end:]), allow_pickle=False)
+            except Exception as exc:  # numpy raises several kinds on garbage
+                raise SummaryError(f"CountSketch.from_bytes: corrupt heavy-hitter block ({exc})") from None
+            if heavy.ndim != 1 or len(heavy) != n_heavy or heavy.dtype.kind not in "biufUS":
+                raise SummaryError(f"CountSketch.from_bytes: heavy-hitter block holds {heavy.shape} "
+                                   f"{heavy.dtype}, expected {n_heavy} keys")
+            out._heavy = heavy
         return out
 
     def __repr__(self) -> str:
