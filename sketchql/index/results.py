@@ -1,0 +1,115 @@
+"""Columnar results returned by :class:`sketchql.index.StreamIndex`.
+
+Every query-side result reports the *work units* it spent, so operators
+can charge deterministic budgets:
+
+- pyramid nodes visited (one sketch estimate of one value in one node);
+- tuples compared (one stored tuple tested against one probe).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CELL_SHIFT = 16  # cell handle = zone_id << CELL_SHIFT | bucket
+
+
+def cell_handle(zone_id, bucket):
+    """Pack (zone id, value bucket) into one int64 cell handle."""
+    return (np.asarray(zone_id, dtype=np.int64) << CELL_SHIFT) | np.asarray(bucket, dtype=np.int64)
+
+
+def split_cell(cell):
+    """Inverse of :func:`cell_handle`: (zone id, bucket)."""
+    c = np.asarray(cell, dtype=np.int64)
+    return c >> CELL_SHIFT, c & ((1 << CELL_SHIFT) - 1)
+
+
+@dataclass
+class IngestReport:
+    """What one ``ingest`` call did.
+
+    accepted / rejected: tuple counts; ``rejected_positions``: positions in
+    the batch of the rejected tuples; ``reasons``: reason -> count (e.g.
+    ``"late"``: ts < clock - allowed_lateness; ``"before_history"``: accepted
+    by lateness but older than anything the index still covers).
+    """
+
+    received: int
+    accepted: int
+    rejected: int
+    reasons: dict
+    rejected_positions: np.ndarray
+    clock: float
+    first_row_id: int
+    zones_started: int = 0
+    collapses: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Regions:
+    """Promising regions for a batch of probe values (columnar, one row per region).
+
+    probe : index of the probe value in the query batch
+    cell : int64 cell handle (for ``scan`` / ``scan_matching``)
+    zone, bucket : the cell's zone id and value bucket
+    granularity : 1-based granularity index i
+    estimate : estimated count of the probe value in the cell within the window
+               (pro-rated by time overlap for partially covered cells)
+    priority : estimate * fade ** (i - 1)
+    partial : True when the cell only partly overlaps the window
+    n_tuples : tuples stored in the cell (an upper bound on the probe cost)
+    visited : pyramid nodes evaluated (work units) for the whole batch
+    flat : (probe, leaf cell) pairs a flat scan of every overlapping cell would evaluate
+    """
+
+    probe: np.ndarray
+    cell: np.ndarray
+    zone: np.ndarray
+    bucket: np.ndarray
+    granularity: np.ndarray
+    estimate: np.ndarray
+    priority: np.ndarray
+    partial: np.ndarray
+    n_tuples: np.ndarray
+    visited: int = 0
+    flat: int = 0
+
+    def __len__(self):
+        return len(self.cell)
+
+    def take(self, idx) -> "Regions":
+        """Subset of the rows (e.g. sorted by priority); work counters kept."""
+        return Regions(*(getattr(self, f)[idx] for f in
+                         ("probe", "cell", "zone", "bucket", "granularity", "estimate", "priority",
+                          "partial", "n_tuples")), visited=self.visited, flat=self.flat)
+
+
+@dataclass
+class ScanResult:
+    """Tuples of a cell / window (columnar) and the tuples compared to get them."""
+
+    values: np.ndarray
+    timestamps: np.ndarray
+    row_ids: np.ndarray
+    work: int = 0
+
+    def __len__(self):
+        return len(self.row_ids)
+
+
+@dataclass
+class Matches:
+    """Matching tuples of a vectorized probe: ``probe[k]`` matched stored tuple k."""
+
+    probe: np.ndarray
+    values: np.ndarray
+    timestamps: np.ndarray
+    row_ids: np.ndarray
+    work: int = 0
+    region: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __len__(self):
+        return len(self.row_ids)

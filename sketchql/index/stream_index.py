@@ -1,0 +1,1094 @@
+"""StreamIndex: multi-granularity count-sketch pyramids with self-adjusting zones.
+
+Geometry (all boundaries are aligned to epoch 0, so indexes built on
+different partitions line up and merge exactly):
+
+- G1 holds the current *period* ``[k T1, (k+1) T1)`` (k = floor(ts / T1)).
+  It is split into zones: fixed zones of length ``T1 / g1_zones`` (T1-T3) or
+  self-adjusting zones (T4: a new zone when the zone's confidence drops below
+  ``theta`` - see :mod:`sketchql.index.change` - or the zone is longer than
+  ``max_zone_length``).
+- G(i), i >= 2, holds the current period of length ``|Gi| = T1 rate^(i-1)``
+  as a ring of n zones (n = ``zones_per_granularity``, default rate) of
+  length ``|Gi| / n``.  When the clock leaves a period of G(i) (i < m), the
+  whole granularity is COLLAPSEd (paper Figure 5): its zones' tables are
+  added and its tuple lists concatenated into *one* zone of G(i+1), and G(i)
+  is emptied.  Gm keeps the last n zones before the current one; older zones
+  fall off (their tables are subtracted from Gm's pyramid).
+- Cells = value bucket (seeded hash of the value, ``n_buckets``; 1 for T1/T2)
+  x zone.  A zone stores one (B, d, w) int64 table, i.e. B count sketches
+  sharing hash functions; sketches of every cell of a granularity form a
+  pyramid (:mod:`sketchql.index.pyramid`).
+
+Memory is bounded by the declaration: sketch tables are fixed per slot
+(``max_g1_zones`` G1 slots, n slots per older granularity, each at most
+doubled by the pyramid) and tuple lists hold only the covered history
+(< T1 (1 + rate + ... + rate^(m-1)) + |Gm|).
+
+Window convention (DESIGN.md): a tuple with timestamp ts is in the window
+(t_from, t_to] iff ``t_from < ts <= t_to``.  A zone's overlap with a window is
+decided from its actual data range [min_ts, max_ts].  ``estimate`` answers
+fully covered cells from their (summed) sketches and partially covered edge
+cells *exactly from their tuples*; ``promising_regions`` pro-rates a
+partial cell's estimate by the share of its data time range inside the
+window.
+
+Late data: the clock is the largest timestamp (or heartbeat) seen.  A tuple
+with ``ts < clock - allowed_lateness`` (the clock including earlier tuples of
+the same batch) is rejected and counted with reason ``"late"``; one within
+the lateness is routed to the zone covering ts (reason ``"before_history"``
+if that part of history was already dropped).
+
+>>> import numpy as np
+>>> decl = SummaryDeclaration("s", "S", "a", granularity=1.0, rate=2, depth=3)
+>>> ix = StreamIndex(decl, IndexConfig(structure="T3", n_buckets=4))
+>>> _ = ix.ingest(np.array([7, 7, 8]), np.array([0.1, 0.2, 1.5]))
+>>> ix.window_tuples(0.1, 2.0).row_ids.tolist()    # (0.1, 2.0]: ts=0.1 excluded
+[1, 2]
+>>> [len(z) for z in ix.stats()["zones_per_granularity"]]
+[1, 1, 0]
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import time
+
+import numpy as np
+
+from ..errors import LateTupleError, SummaryError
+from ..summaries.countsketch import CountSketch
+from ..summaries.hashing import as_key_array, hash64
+from .change import zone_confidence
+from .declaration import IndexConfig, SummaryDeclaration
+from .pyramid import Granularity
+from .results import IngestReport, Matches, Regions, ScanResult, cell_handle, split_cell
+from .zone import Chunk, Zone
+
+_BUCKET_SALT = 0xB0C4E7
+_MAGIC = b"SQIX"
+_VERSION = 1
+
+
+class StreamIndex:
+    """The index of one stream attribute (see the module docstring for the math).
+
+    Parameters: ``decl`` (:class:`SummaryDeclaration`), ``config``
+    (:class:`IndexConfig`, default ``IndexConfig()``).
+
+    Ingest side: :meth:`ingest`, :meth:`advance`.  Query side:
+    :meth:`estimate`, :meth:`error_bound`, :meth:`promising_regions`,
+    :meth:`scan`, :meth:`scan_matching`, :meth:`scan_matching_many`,
+    :meth:`probe_regions`, :meth:`window_tuples`.  Management: :meth:`stats`,
+    :attr:`nbytes`, :meth:`compress`, :meth:`to_bytes`/:meth:`from_bytes`,
+    :meth:`merge`.
+
+    Cell handles (int64) stay valid across COLLAPSE (they resolve to the zone
+    the tuples moved into, so a scan may then return more, older tuples of
+    the merged cell; ``scan_matching`` filters by window anyway); a handle whose
+    tuples were dropped scans as empty.  Handles are not preserved by
+    ``to_bytes``/``from_bytes``/``merge``.
+
+    >>> import numpy as np
+    >>> decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+    >>> ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+    >>> _ = ix.ingest(np.arange(100) % 5, np.linspace(0, 9.9, 100))
+    >>> float(ix.estimate(np.array([3]), -1.0, 10.0)[0])
+    20.0
+    """
+
+    def __init__(self, decl: SummaryDeclaration, config: IndexConfig | None = None):
+        if not isinstance(decl, SummaryDeclaration):
+            raise SummaryError(f"StreamIndex: decl must be a SummaryDeclaration, got {type(decl).__name__}")
+        self.decl = decl
+        self.config = (config if config is not None else IndexConfig()).validate(decl)
+        cfg = self.config
+        self._sig = cfg.fixed_signature()
+        self._structure = cfg.structure
+        self._sketch = cfg.structure != "T1"
+        self._adaptive = cfg.structure == "T4"
+        self._B = cfg.n_buckets if cfg.structure in ("T3", "T4") else 1
+        self._n = cfg.zones_per_granularity or decl.rate
+        self._setup_shapes()
+        m, R = decl.depth, decl.rate
+        self.grans: list[Granularity] = []
+        for i in range(m):
+            cap = (1 if self._adaptive else cfg.g1_zones) if i == 0 else self._n
+            self.grans.append(Granularity(i + 1, cap, self._shape))
+        # G1-period units: zone length and period length of each granularity (i >= 1)
+        self._zone_periods = [1] + [R ** i // self._n for i in range(1, m)]
+        self._period_periods = [1] + [R ** i for i in range(1, m)]
+        self.clock = -math.inf
+        self._next_row = 0
+        self._next_zone = 1
+        self._zones: dict[int, Zone] = {}
+        self._alias: dict[int, int] = {}
+        self._g1_next_reason: str | None = None
+        self._vdtype = None
+        self.counters = {"ingested": 0, "rejected": 0, "late": 0, "before_history": 0,
+                         "collapses": 0, "zones_started": 0, "zones_change": 0, "zones_max_length": 0,
+                         "zones_dropped": 0, "tuples_dropped": 0, "nodes_visited": 0,
+                         "tuples_compared": 0, "ingest_seconds": 0.0}
+
+    def _setup_shapes(self):
+        cfg = self.config
+        self._w = cfg.w * (cfg.n_buckets if cfg.structure == "T2" else 1)
+        self._d = cfg.d
+        self._shape = (self._B, self._d, self._w) if self._sketch else None
+        self._tmpl = CountSketch(self._d, self._w, cfg.seed) if self._sketch else None
+        self._wdet = min(self._B * self._w, 1024)
+
+    # ------------------------------------------------------------------ helpers
+    def _check_config(self):
+        if self.config.fixed_signature() != self._sig:
+            changed = [k for k, a, b in zip(IndexConfig.FIXED, self.config.fixed_signature(), self._sig) if a != b]
+            raise SummaryError(f"StreamIndex {self.decl.name}: config knobs {changed} are fixed once the index "
+                               f"exists (use compress() for the sketch width)")
+        self.config.validate(self.decl)
+
+    def _hash(self, keys: np.ndarray):
+        """(bucket (n,), idx (d, n) flat row*w+col, sgn (d, n)) of a key batch."""
+        n = len(keys)
+        if self._B > 1:
+            bucket = (hash64(keys, self.config.seed ^ _BUCKET_SALT) % np.uint64(self._B)).astype(np.int64)
+        else:
+            bucket = np.zeros(n, dtype=np.int64)
+        if self._sketch:
+            idx, sgn = self._tmpl.locate(keys)
+        else:
+            idx = sgn = None
+        return bucket, idx, sgn
+
+    def _delta(self, idx, sgn, bucket) -> np.ndarray:
+        """(B, d, w) table of a batch: one bincount over (bucket, row, column)."""
+        B, d, w = self._shape
+        flat = idx + (bucket * (d * w))[None, :]
+        acc = np.bincount(flat.ravel(), weights=sgn.ravel(), minlength=B * d * w)
+        return acc.astype(np.int64).reshape(B, d, w)
+
+    def _detector(self, idx, sgn, bucket) -> np.ndarray:
+        """(d, W) float64 sketch of a segment for change detection.
+
+        A zone-wide count sketch whose column is ``(bucket * w + col) mod W``
+        (W = ``self._wdet`` = min(B w, 1024)): a valid count sketch of the
+        whole zone (bucket and column hashes are independent), narrow enough
+        that a confidence check costs a few microseconds.
+        """
+        B, d, w = self._shape
+        W = self._wdet
+        det = (idx // w) * W + ((bucket * w)[None, :] + idx % w) % W
+        return np.bincount(det.ravel(), weights=sgn.ravel(), minlength=d * W).reshape(d, W)
+
+    def _new_zone(self, gi: int, slot: int, start: float, reason: str) -> Zone:
+        z = Zone(self._next_zone, gi, slot, start, reason, self._B)
+        self._next_zone += 1
+        self._zones[z.id] = z
+        self.grans[gi].slots[slot] = z
+        self.counters["zones_started"] += 1
+        if gi == 0 and self._adaptive:
+            z.total = np.zeros((self._d, self._wdet))
+            z.pending = np.zeros((self._d, self._wdet))
+        return z
+
+    def _drop_zone(self, z: Zone) -> None:
+        self.grans[z.gran].remove(z.slot)
+        self._zones.pop(z.id, None)
+        for a in z.aliases:
+            self._alias.pop(a, None)
+        self.counters["zones_dropped"] += 1
+        self.counters["tuples_dropped"] += z.n
+
+    def _resolve(self, zid: int) -> Zone | None:
+        z = self._zones.get(zid)
+        if z is None and zid in self._alias:
+            z = self._zones.get(self._alias[zid])
+        return z
+
+    def _append(self, z: Zone, values, ts, rids, bucket, idx, sgn, a: int, b: int) -> None:
+        if b <= a:
+            return
+        z.append(values[a:b], ts[a:b], rids[a:b], bucket[a:b])
+        if self._sketch:
+            self.grans[z.gran].add(z.slot, self._delta(idx[:, a:b], sgn[:, a:b], bucket[a:b]))
+
+    # ------------------------------------------------------------------ collapse
+    def _collapse_due(self, k_now: int) -> int:
+        """Run every COLLAPSE / ring expiry due when the current G1 period is k_now."""
+        done = 0
+        m = len(self.grans)
+        for i in range(m):
+            g = self.grans[i]
+            if i < m - 1:
+                if g.period_start is not None and g.period_start < k_now // self._period_periods[i]:
+                    self._collapse(i)
+                    done += 1
+            else:
+                if i == 0:
+                    if g.period_start is not None and g.period_start < k_now:
+                        for z in g.zones():
+                            self._drop_zone(z)
+                        g.clear()
+                        self._g1_next_reason = None
+                else:
+                    q_now = k_now // self._zone_periods[i]
+                    for z in g.zones():
+                        if z.kstart // self._zone_periods[i] < q_now - self._n:
+                            self._drop_zone(z)
+        self.counters["collapses"] += done
+        return done
+
+    def _collapse(self, i: int) -> None:
+        """COLLAPSE (paper Figure 5): move all of G(i+1) (0-based i) into one zone of the next."""
+        g, t = self.grans[i], self.grans[i + 1]
+        k0 = g.period_start * self._period_periods[i]          # first G1 period of g's content
+        if i + 1 < len(self.grans) - 1:
+            tp = k0 // self._period_periods[i + 1]
+            if t.period_start is not None and t.period_start != tp:
+                self._collapse(i + 1)
+                self.counters["collapses"] += 1
+            t.period_start = tp
+        zp = self._zone_periods[i + 1]
+        q = k0 // zp
+        slot = q % self._n
+        z = t.slots[slot]
+        if z is not None and z.kstart // zp != q:       # ring: the slot's old zone falls off
+            self._drop_zone(z)
+            z = None
+        olds = g.zones()
+        if olds:
+            if z is None:
+                z = self._new_zone(i + 1, slot, q * zp * self.decl.granularity, "collapse")
+                z.kstart = q * zp
+            z.absorb(olds)
+            for o in olds:
+                z.aliases.append(o.id)
+                z.aliases.extend(o.aliases)
+                self._zones.pop(o.id, None)
+            for a in z.aliases:
+                self._alias[a] = z.id
+            if self._sketch:
+                t.add(slot, g.levels[-1][0].copy())
+        g.clear()
+        if i == 0:
+            self._g1_next_reason = None
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, values, timestamps, row_ids=None) -> IngestReport:
+        """Add a batch of tuples (numpy arrays, timestamps non-decreasing).
+
+        Tuples with ``ts < clock - allowed_lateness`` (clock = the largest
+        timestamp seen so far, including earlier tuples of this batch) are
+        rejected and counted (reason ``"late"``); the rest are accepted.
+        ``row_ids`` default to a running counter (they point back to the full
+        tuple held by the stream's owner).  Raises :class:`SummaryError` on
+        bad input (length mismatch, NaN/inf timestamp, bad key type).
+        """
+        t0 = time.perf_counter()
+        self._check_config()
+        keys = as_key_array(values, f"StreamIndex {self.decl.name}.ingest values")
+        ts = np.asarray(timestamps, dtype=np.float64)
+        if ts.ndim == 0:
+            ts = ts.reshape(1)
+        n = len(keys)
+        if ts.shape != (n,):
+            raise SummaryError(f"StreamIndex {self.decl.name}.ingest: {n} values but timestamps of shape {ts.shape}")
+        if n and not np.isfinite(ts).all():
+            raise SummaryError(f"StreamIndex {self.decl.name}.ingest: timestamp at position "
+                               f"{int(np.flatnonzero(~np.isfinite(ts))[0])} is not finite")
+        first = self._next_row
+        if row_ids is None:
+            rids = np.arange(first, first + n, dtype=np.int64)
+        else:
+            rids = np.asarray(row_ids)
+            if rids.shape != (n,) or (n and rids.dtype.kind not in "iu"):
+                raise SummaryError(f"StreamIndex {self.decl.name}.ingest: row_ids must be {n} integers, "
+                                   f"got shape {rids.shape} dtype {rids.dtype}")
+            rids = rids.astype(np.int64)
+        if n:
+            self._next_row = max(self._next_row, int(rids.max()) + 1) if row_ids is not None else first + n
+        if n and self._vdtype is None:
+            self._vdtype = keys.dtype
+        reasons: dict[str, int] = {}
+        rejected_pos = np.zeros(0, dtype=np.int64)
+        zs0, col0 = self.counters["zones_started"], self.counters["collapses"]
+        if n:
+            run = np.maximum.accumulate(ts)
+            prev = np.empty(n)
+            prev[0] = self.clock
+            np.maximum(run[:-1], self.clock, out=prev[1:])
+            late = ts < prev - self.config.allowed_lateness
+            ooo = (~late) & (ts < prev)
+            if late.any():
+                rejected_pos = np.flatnonzero(late)
+                reasons["late"] = len(rejected_pos)
+            inorder = ~(late | ooo)
+            if inorder.all():
+                self._ingest_inorder(keys, ts, rids)
+            else:
+                sel = np.flatnonzero(inorder)
+                if len(sel):
+                    self._ingest_inorder(keys[sel], ts[sel], rids[sel])
+                if ooo.any():
+                    sel = np.flatnonzero(ooo)
+                    bad = self._ingest_late(keys[sel], ts[sel], rids[sel])
+                    if len(bad):
+                        reasons["before_history"] = len(bad)
+                        rejected_pos = np.sort(np.concatenate([rejected_pos, sel[bad]]))
+        nrej = len(rejected_pos)
+        self.counters["ingested"] += n - nrej
+        self.counters["rejected"] += nrej
+        for k, v in reasons.items():
+            self.counters[k] += v
+        dt = time.perf_counter() - t0
+        self.counters["ingest_seconds"] += dt
+        return IngestReport(received=n, accepted=n - nrej, rejected=nrej, reasons=reasons,
+                            rejected_positions=rejected_pos, clock=self.clock, first_row_id=first,
+                            zones_started=self.counters["zones_started"] - zs0,
+                            collapses=self.counters["collapses"] - col0, seconds=dt)
+
+    def _ingest_inorder(self, keys, ts, rids) -> None:
+        bucket, idx, sgn = self._hash(keys)
+        T1 = self.decl.granularity
+        k = np.floor(ts / T1).astype(np.int64)
+        cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
+        bounds = np.concatenate([[0], cuts, [len(ts)]])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            kp = int(k[a])
+            self._collapse_due(kp)
+            g1 = self.grans[0]
+            if g1.period_start is None:
+                g1.period_start = kp
+            if self._adaptive:
+                self._insert_adaptive(kp, keys, ts, rids, bucket, idx, sgn, int(a), int(b))
+            else:
+                self._insert_fixed(kp, keys, ts, rids, bucket, idx, sgn, int(a), int(b))
+            self.clock = max(self.clock, float(ts[b - 1]))
+
+    def _insert_fixed(self, kp, keys, ts, rids, bucket, idx, sgn, a, b) -> None:
+        T1, nz = self.decl.granularity, self.config.g1_zones
+        L = T1 / nz
+        j = np.clip(np.floor((ts[a:b] - kp * T1) / L).astype(np.int64), 0, nz - 1)
+        cuts = np.flatnonzero(j[1:] != j[:-1]) + 1
+        bnd = np.concatenate([[0], cuts, [b - a]]) + a
+        g = self.grans[0]
+        for s, e in zip(bnd[:-1], bnd[1:]):
+            slot = int(j[s - a])
+            z = g.slots[slot]
+            if z is None:
+                z = self._new_zone(0, slot, kp * T1 + slot * L, "fixed")
+            self._append(z, keys, ts, rids, bucket, idx, sgn, int(s), int(e))
+
+    def _g1_open(self, start: float, reason: str) -> Zone:
+        g = self.grans[0]
+        slot = g.free_slot()
+        if slot is None:
+            g.grow(g.cap + 1)
+            slot = g.free_slot()
+        z = self._new_zone(0, slot, start, reason)
+        if reason in ("change", "max_length"):
+            self.counters["zones_" + reason] += 1
+        return z
+
+    def _insert_adaptive(self, kp, keys, ts, rids, bucket, idx, sgn, a, b) -> None:
+        """T4: append to the current G1 zone, starting new zones on change / MAXLENGTH.
+
+        The confidence is checked every ``check_every`` tuples of a zone.  All
+        check segments of a run are sketched with one bincount, and the
+        checks of the run are evaluated together (cumulative sums of the
+        segment sketches give the zone's history H and recent window R at each
+        check point); the run is cut at the first check whose confidence is
+        below theta.
+        """
+        cfg = self.config
+        T1, C = self.decl.granularity, cfg.check_every
+        maxlen = cfg.max_zone_length if cfg.max_zone_length is not None else T1 / cfg.g1_zones
+        g = self.grans[0]
+        zones = g.zones()
+        z = zones[-1] if zones else None
+        n_zones = len(zones)
+        d, W = self._d, self._wdet
+        run_a = pos = a
+        while pos < b:
+            can_open = n_zones < cfg.max_g1_zones
+            if z is None:
+                z = self._g1_open(kp * T1, "period")
+                n_zones += 1
+                self._g1_next_reason = None
+            elif self._g1_next_reason is not None and can_open:
+                self._append(z, keys, ts, rids, bucket, idx, sgn, run_a, pos)
+                run_a = pos
+                z = self._g1_open(float(ts[pos]), self._g1_next_reason)
+                n_zones += 1
+                self._g1_next_reason = None
+                continue
+            lim = b
+            if can_open:
+                lim = pos + int(np.searchsorted(ts[pos:b], z.start + maxlen, side="left"))
+                if lim == pos:          # the next tuple is beyond MAXLENGTH of this zone
+                    self._g1_next_reason = "max_length"
+                    continue
+            # check segments of [pos, lim) on the zone's grid of C tuples
+            first = C - z.n_pending
+            ends = np.arange(pos + first, lim, C, dtype=np.int64)
+            if len(ends) == 0 or ends[-1] != lim:
+                ends = np.append(ends, lim)
+            starts = np.concatenate([[pos], ends[:-1]])
+            lens = ends - starts
+            nseg = len(ends)
+            seg = np.repeat(np.arange(nseg, dtype=np.int64), lens)
+            B, _, w = self._shape
+            det = (seg * (d * W))[None, :] + (idx[:, pos:lim] // w) * W + \
+                ((bucket[pos:lim] * w)[None, :] + idx[:, pos:lim] % w) % W
+            S = np.bincount(det.ravel(), weights=sgn[:, pos:lim].ravel(),
+                            minlength=nseg * d * W).reshape(nseg, d, W)
+            tcum = np.cumsum(S, axis=0)
+            tcum += z.total
+            R = S
+            R[0] += z.pending
+            npend = np.concatenate([[z.n_pending + lens[0]], lens[1:]])
+            n_after = z.n_total + np.cumsum(lens)
+            complete = npend >= C
+            valid = complete & (n_after - npend >= C)
+            cut = nseg - 1
+            found = False
+            if valid.any():
+                H = tcum - R
+                ip = np.einsum("sij,sij->si", H, R)
+                f2h = np.einsum("sij,sij->si", H, H)
+                f2r = np.einsum("sij,sij->si", R, R)
+                f2t = f2h + 2 * ip + f2r
+                med = lambda x: np.sort(x, axis=1)[:, d // 2] if d % 2 else np.median(x, axis=1)
+                ipm, f2hm, f2rm, f2tm = med(ip), med(f2h), med(f2r), med(f2t)
+                nh = (n_after - npend).astype(np.float64)
+                nr = npend.astype(np.float64)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ah = (f2hm - nh) / (nh * (nh - 1))
+                    ar = (f2rm - nr) / (nr * (nr - 1))
+                    rho = np.where((ah > 0) & (ar > 0) & (nh > 1) & (nr > 1),
+                                   (ipm / (nh * nr)) / np.sqrt(np.abs(ah * ar)), 1.0)
+                    sconf = 1.0 - np.minimum(1.0, np.sqrt(np.maximum(f2tm, 0) / W) / n_after)
+                conf = np.minimum(np.clip(rho, 0.0, 1.0), sconf)
+                hit = np.flatnonzero(valid & (conf < cfg.theta))
+                if len(hit):
+                    cut = int(hit[0])
+                    found = True
+                z.last_confidence = float(conf[cut] if valid[cut] else conf[valid][-1])
+            z.total = tcum[cut].copy()
+            z.n_total = int(n_after[cut])
+            if complete[cut]:
+                z.pending = np.zeros((d, W))
+                z.n_pending = 0
+            else:
+                z.pending = R[cut].copy()
+                z.n_pending = int(npend[cut])
+            if found:
+                self._g1_next_reason = "change"
+            pos = int(ends[cut])
+        self._append(z, keys, ts, rids, bucket, idx, sgn, run_a, b)
+
+    def _ingest_late(self, keys, ts, rids) -> np.ndarray:
+        """Route accepted out-of-order tuples to the zones covering them; return rejected positions."""
+        bucket, idx, sgn = self._hash(keys)
+        T1 = self.decl.granularity
+        k = np.floor(ts / T1).astype(np.int64)
+        k_now = int(math.floor(self.clock / T1))
+        m = len(self.grans)
+        gran = np.full(len(ts), -1, dtype=np.int64)
+        for i in range(m - 1, -1, -1):
+            if i == 0:
+                cov = k >= k_now
+            elif i < m - 1:
+                cov = (k // self._period_periods[i]) == (k_now // self._period_periods[i])
+            else:
+                q = k // self._zone_periods[i]
+                cov = q >= (k_now // self._zone_periods[i]) - self._n
+            gran[cov] = i
+        bad = np.flatnonzero(gran < 0)
+        order = np.lexsort((ts, gran))
+        for i in np.unique(gran[gran >= 0]):
+            sel = order[gran[order] == i]
+            g = self.grans[i]
+            if i == 0:
+                if g.period_start is None:
+                    g.period_start = k_now
+                if self._adaptive:
+                    zs = g.zones()
+                    starts = np.array([z.start for z in zs])
+                    if zs:
+                        which = np.maximum(np.searchsorted(starts, ts[sel], side="right") - 1, 0)
+                        tz = np.array([z.id for z in zs], dtype=np.int64)[which]
+                    else:
+                        tz = np.zeros(len(sel), dtype=np.int64)
+                else:
+                    L = T1 / self.config.g1_zones
+                    tz = np.clip(np.floor((ts[sel] - k_now * T1) / L).astype(np.int64), 0, self.config.g1_zones - 1)
+            else:
+                tz = k[sel] // self._zone_periods[i]
+                if i < m - 1 and g.period_start is None:
+                    g.period_start = k_now // self._period_periods[i]
+            for key in np.unique(tz):
+                part = sel[tz == key]
+                z = self._late_zone(i, int(key), float(ts[part[0]]))
+                vals, t_, r_ = keys[part], ts[part], rids[part]
+                self._append(z, vals, t_, r_, bucket[part], idx[:, part] if idx is not None else None,
+                             sgn[:, part] if sgn is not None else None, 0, len(part))
+        return bad
+
+    def _late_zone(self, i: int, key: int, ts0: float) -> Zone:
+        g = self.grans[i]
+        T1 = self.decl.granularity
+        if i == 0:
+            if self._adaptive:
+                z = self._zones.get(key)
+                return z if z is not None else self._g1_open(math.floor(ts0 / T1) * T1, "late")
+            z = g.slots[key]
+            return z if z is not None else self._new_zone(0, key, math.floor(ts0 / T1) * T1 +
+                                                          key * T1 / self.config.g1_zones, "late")
+        slot = key % self._n
+        z = g.slots[slot]
+        zp = self._zone_periods[i]
+        if z is not None and z.kstart // zp == key:
+            return z
+        if z is not None:
+            self._drop_zone(z)
+        z = self._new_zone(i, slot, key * zp * T1, "late")
+        z.kstart = key * zp
+        return z
+
+    def advance(self, now: float) -> int:
+        """Heartbeat: move the clock to ``now`` (never backwards); run due COLLAPSEs/expiry.
+
+        Returns the number of collapses performed.
+        """
+        now = float(now)
+        if not math.isfinite(now):
+            raise SummaryError(f"StreamIndex {self.decl.name}.advance: now must be finite, got {now}")
+        if now <= self.clock:
+            return 0
+        self.clock = now
+        c0 = self.counters["collapses"]
+        self._collapse_due(int(math.floor(now / self.decl.granularity)))
+        return self.counters["collapses"] - c0
+
+    # ------------------------------------------------------------------ query side
+    def _live(self):
+        """(granularity index 0-based, zone) of every live zone."""
+        for gi, g in enumerate(self.grans):
+            for z in g.slots:
+                if z is not None:
+                    yield gi, z
+
+    @staticmethod
+    def _window(n, t_from, t_to):
+        tf = np.broadcast_to(np.asarray(t_from, dtype=np.float64), (n,))
+        tt = np.broadcast_to(np.asarray(t_to, dtype=np.float64), (n,))
+        return tf, tt
+
+    def _keys(self, values, where):
+        return as_key_array(values, f"StreamIndex {self.decl.name}.{where} values")
+
+    def estimate(self, values, t_from: float, t_to: float, edge: str = "exact") -> np.ndarray:
+        """Estimated count of each value among tuples with t_from < ts <= t_to (float64 array).
+
+        Cells fully inside the window are answered from the *sum* of their
+        sketches (linear, so it is the count sketch of their union: median over
+        rows of sign x summed counter); partially covered edge cells are
+        answered exactly from their tuples (``edge="exact"``, default) or
+        pro-rated by the share of the cell's data time range in the window
+        (``edge="prorate"``).  Structure T1 has no sketches and counts exactly.
+        """
+        keys = self._keys(values, "estimate")
+        tf, tt = float(t_from), float(t_to)
+        out = np.zeros(len(keys))
+        full_tab, partial = self._split_window(tf, tt)
+        if full_tab is not None and len(keys):
+            bucket, idx, sgn = self._hash(keys)
+            B, d, w = self._shape
+            rows = full_tab.reshape(B, d * w)[bucket[None, :], idx] * sgn
+            out += np.median(rows, axis=0) if d % 2 == 0 else np.sort(rows, axis=0)[d // 2]
+        for z in partial:
+            if edge == "prorate" and self._sketch:
+                frac = _overlap_frac(z.min_ts, z.max_ts, tf, tt)
+                bucket, idx, sgn = self._hash(keys)
+                B, d, w = self._shape
+                tab = self.grans[z.gran].levels[0][z.slot].reshape(B, d * w)
+                rows = tab[bucket[None, :], idx] * sgn
+                out += frac * np.sort(rows, axis=0)[d // 2]
+            elif edge in ("exact", "prorate"):
+                out += self._count_exact(z, keys, tf, tt)
+            else:
+                raise SummaryError(f"estimate: edge must be 'exact' or 'prorate', got {edge!r}")
+        return out
+
+    def _split_window(self, tf, tt):
+        """(sum of the tables of fully covered zones or None, partially covered zones)."""
+        full, partial = None, []
+        for gi, z in self._live():
+            if z.max_ts <= tf or z.min_ts > tt or z.n == 0:
+                continue
+            if tf < z.min_ts and z.max_ts <= tt and self._sketch:
+                t = self.grans[gi].levels[0][z.slot]
+                full = t.copy() if full is None else full + t
+            else:
+                partial.append(z)
+        return full, partial
+
+    def _count_exact(self, z: Zone, keys, tf, tt) -> np.ndarray:
+        v, t, _ = z.all_tuples()
+        self.counters["tuples_compared"] += len(t)
+        v = v[(t > tf) & (t <= tt)]
+        if not len(v) or not len(keys):
+            return np.zeros(len(keys))
+        v = np.sort(v)
+        return (np.searchsorted(v, keys, side="right") - np.searchsorted(v, keys, side="left")).astype(np.float64)
+
+    def error_bound(self, values, t_from: float, t_to: float, confidence: float = 0.95) -> np.ndarray:
+        """Additive bound on |estimate - true count| per value holding with probability ``confidence``.
+
+        The sketch part is the count sketch of the union of the fully covered
+        cells of the value's bucket, so its bound is
+        ``CountSketch.error_bound(confidence)`` of that summed table
+        (k sqrt(F2_bucket / w)); edge cells are exact (bound 0).
+        """
+        keys = self._keys(values, "error_bound")
+        full, _ = self._split_window(float(t_from), float(t_to))
+        out = np.zeros(len(keys))
+        if full is None or not len(keys):
+            return out
+        bucket, _, _ = self._hash(keys)
+        cs = self._tmpl.empty_like()
+        for b in np.unique(bucket):
+            cs.table[...] = full[b]
+            out[bucket == b] = cs.error_bound(confidence)
+        return out
+
+    def promising_regions(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
+        """Promising regions of each probe value in the window (t_from, t_to] (columnar).
+
+        ``t_from``/``t_to`` are scalars or per-probe arrays.  For every
+        granularity the pyramid is descended from its root: at each node the
+        probe's estimate (median over rows of the node's summed sketch) is
+        compared with ``max(min_estimate, prune_sigma * sqrt(F2_node / w))``
+        (F2 of the node's bucket sketch); below it the whole subtree is pruned,
+        and nodes whose data range misses the window are skipped.  Each
+        estimate costs one work unit (``Regions.visited``); ``Regions.flat`` is
+        what evaluating every overlapping leaf cell would cost.  Leaf regions
+        carry the estimate pro-rated by the share of the cell's time range in
+        the window, and ``priority = estimate * fade ** (i - 1)``.  Structure T1
+        has no summaries: every overlapping cell is returned with its tuple
+        count as estimate.
+        """
+        keys = self._keys(values, "promising_regions")
+        P = len(keys)
+        tf, tt = self._window(P, t_from, t_to)
+        fade = float(fade)
+        bucket, idx, sgn = self._hash(keys) if P else (np.zeros(0, np.int64), None, None)
+        cols = {k: [] for k in ("probe", "zone", "bucket", "gran", "est", "partial", "n")}
+        visited = flat = 0
+        for gi, g in enumerate(self.grans):
+            if not any(z is not None for z in g.slots) or not P:
+                continue
+            ranges = g.node_ranges()
+            lo, hi, nn = ranges[0]
+            zid = np.array([z.id if z is not None else 0 for z in g.slots], dtype=np.int64)
+            if not self._sketch:
+                ov = (hi[None, :] > tf[:, None]) & (lo[None, :] <= tt[:, None]) & (nn[None, :] > 0)
+                p, node = np.nonzero(ov)
+                flat += len(p)
+                visited += len(p)
+                est = nn[node].astype(np.float64)
+                self._emit(cols, p, node, est, gi, lo, hi, tf, tt, zid, np.zeros(len(p), np.int64), g)
+                continue
+            B, d, w = self._shape
+            lvl = g.height
+            p = np.arange(P)
+            node = np.zeros(P, dtype=np.int64)
+            flat += int(((hi[None, :] > tf[:, None]) & (lo[None, :] <= tt[:, None]) & (nn[None, :] > 0)).sum())
+            while True:
+                l_lo, l_hi, l_n = ranges[lvl]
+                ok = (l_hi[node] > tf[p]) & (l_lo[node] <= tt[p]) & (l_n[node] > 0)
+                p, node = p[ok], node[ok]
+                if not len(p):
+                    break
+                b = bucket[p]
+                tab = g.levels[lvl].reshape(len(l_lo), B, d * w)
+                rows = tab[node[None, :], b[None, :], idx[:, p]] * sgn[:, p]
+                est = np.sort(rows, axis=0)[d // 2].astype(np.float64) if d % 2 else np.median(rows, axis=0)
+                visited += len(p)
+                f2 = g.f2(lvl)[node, b]
+                thr = np.maximum(self.config.min_estimate, self.config.prune_sigma * np.sqrt(np.maximum(f2, 0) / w))
+                keep = est >= thr
+                p, node, est = p[keep], node[keep], est[keep]
+                if lvl == 0:
+                    self._emit(cols, p, node, est, gi, lo, hi, tf, tt, zid, bucket[p], g)
+                    break
+                p = np.repeat(p, 2)
+                node = (np.repeat(node, 2) * 2) + np.tile(np.array([0, 1]), len(node))
+                lvl -= 1
+        cat = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+        gran = cat["gran"].astype(np.int64)
+        est = cat["est"].astype(np.float64)
+        zone = cat["zone"].astype(np.int64)
+        bk = cat["bucket"].astype(np.int64)
+        self.counters["nodes_visited"] += visited
+        return Regions(probe=cat["probe"].astype(np.int64), cell=cell_handle(zone, bk), zone=zone, bucket=bk,
+                       granularity=gran, estimate=est, priority=est * fade ** (gran - 1).astype(np.float64),
+                       partial=cat["partial"].astype(bool), n_tuples=cat["n"].astype(np.int64),
+                       visited=int(visited), flat=int(flat))
+
+    def _emit(self, cols, p, node, est, gi, lo, hi, tf, tt, zid, b, g):
+        zlo, zhi, ptf, ptt = lo[node], hi[node], tf[p], tt[p]
+        full = (ptf < zlo) & (zhi <= ptt)
+        span = zhi - zlo
+        ov = np.minimum(zhi, ptt) - np.maximum(zlo, ptf)
+        frac = np.where(full | (span <= 0), 1.0, np.clip(ov / np.where(span > 0, span, 1.0), 0.0, 1.0))
+        sizes = self._cell_sizes(g, node, b)
+        cols["probe"].append(p)
+        cols["zone"].append(zid[node])
+        cols["bucket"].append(b)
+        cols["gran"].append(np.full(len(p), gi + 1))
+        cols["est"].append(est * frac)
+        cols["partial"].append(~full)
+        cols["n"].append(sizes)
+
+    @staticmethod
+    def _cell_sizes(g, node, b):
+        out = np.zeros(len(node), dtype=np.int64)
+        for s in np.unique(node):
+            m = node == s
+            out[m] = g.slots[int(s)].cell_size(b[m])
+        return out
+
+    def scan(self, cell: int) -> ScanResult:
+        """All tuples of a cell (columnar, arrival order); work = tuples read."""
+        zid, b = split_cell(int(cell))
+        z = self._resolve(int(zid))
+        if z is None or z.n == 0:
+            return self._empty_scan()
+        v, t, r = z.cell(int(b))
+        self.counters["tuples_compared"] += len(r)
+        return ScanResult(v, t, r, work=len(r))
+
+    def scan_matching(self, cell: int, value, t_from: float, t_to: float) -> ScanResult:
+        """The tuples of ``cell`` equal to ``value`` with t_from < ts <= t_to (the probe of a region).
+
+        work = tuples compared (the whole cell).
+        """
+        zid, b = split_cell(int(cell))
+        z = self._resolve(int(zid))
+        if z is None or z.n == 0:
+            return self._empty_scan()
+        v, t, r = z.cell(int(b))
+        key = self._keys(value, "scan_matching")[0]
+        m = (v == key) & (t > t_from) & (t <= t_to)
+        self.counters["tuples_compared"] += len(r)
+        return ScanResult(v[m], t[m], r[m], work=len(r))
+
+    def scan_matching_many(self, cells, values, t_from, t_to) -> Matches:
+        """Vectorized ``scan_matching`` over K (cell, value, window) rows.
+
+        ``values``, ``t_from``, ``t_to`` are length-K arrays (or scalars);
+        ``Matches.region`` (and ``.probe``) give the input row of each match.
+        work = tuples compared, summed over rows.
+        """
+        cells = np.asarray(cells, dtype=np.int64).reshape(-1)
+        K = len(cells)
+        keys = self._keys(values, "scan_matching_many")
+        if len(keys) == 1 and K != 1:
+            keys = np.repeat(keys, K)
+        if len(keys) != K:
+            raise SummaryError(f"scan_matching_many: {K} cells but {len(keys)} values")
+        tf, tt = self._window(K, t_from, t_to)
+        zids, bks = split_cell(cells)
+        parts, work = [], 0
+        for zid in np.unique(zids):
+            z = self._resolve(int(zid))
+            if z is None or z.n == 0:
+                continue
+            rows = np.flatnonzero(zids == zid)
+            c = z.compact()
+            st = c.offsets[bks[rows]]
+            ln = c.offsets[bks[rows] + 1] - st
+            tot = int(ln.sum())
+            if tot == 0:
+                continue
+            work += tot
+            rep = np.repeat(np.arange(len(rows)), ln)
+            pos = np.arange(tot) - np.repeat(np.cumsum(ln) - ln, ln) + st[rep]
+            r = rows[rep]
+            t = c.ts[pos]
+            m = (c.values[pos] == keys[r]) & (t > tf[r]) & (t <= tt[r])
+            sel = pos[m]
+            parts.append((r[m], c.values[sel], t[m], c.rids[sel]))
+        self.counters["tuples_compared"] += work
+        if not parts:
+            e = self._empty_scan()
+            return Matches(np.zeros(0, np.int64), e.values, e.timestamps, e.row_ids, work=work,
+                           region=np.zeros(0, np.int64))
+        reg = np.concatenate([p[0] for p in parts])
+        return Matches(reg, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+                       np.concatenate([p[3] for p in parts]), work=work, region=reg)
+
+    def probe_regions(self, regions: Regions, values, t_from, t_to) -> Matches:
+        """Probe (a subset of) ``promising_regions`` output: the matching tuples.
+
+        ``values``/``t_from``/``t_to`` are the *probe* batch given to
+        ``promising_regions`` (indexed by ``regions.probe``).  ``Matches.probe``
+        is the probe index and ``Matches.region`` the row in ``regions``.
+        """
+        keys = self._keys(values, "probe_regions")
+        tf, tt = self._window(len(keys), t_from, t_to)
+        pr = regions.probe
+        m = self.scan_matching_many(regions.cell, keys[pr], tf[pr], tt[pr])
+        m.probe = pr[m.region]
+        return m
+
+    def window_tuples(self, t_from: float, t_to: float) -> ScanResult:
+        """Every stored tuple with t_from < ts <= t_to, exactly, ordered by (ts, row id)."""
+        tf, tt = float(t_from), float(t_to)
+        vs, ts_, rs, work = [], [], [], 0
+        for _, z in self._live():
+            if z.n == 0 or z.max_ts <= tf or z.min_ts > tt:
+                continue
+            v, t, r = z.all_tuples()
+            work += len(t)
+            m = (t > tf) & (t <= tt)
+            vs.append(v[m]), ts_.append(t[m]), rs.append(r[m])
+        self.counters["tuples_compared"] += work
+        if not vs:
+            return self._empty_scan()
+        v, t, r = np.concatenate(vs), np.concatenate(ts_), np.concatenate(rs)
+        o = np.lexsort((r, t))
+        return ScanResult(v[o], t[o], r[o], work=work)
+
+    def _empty_scan(self) -> ScanResult:
+        dt = self._vdtype if self._vdtype is not None else np.int64
+        return ScanResult(np.zeros(0, dtype=dt), np.zeros(0), np.zeros(0, dtype=np.int64), work=0)
+
+    # ------------------------------------------------------------------ management
+    @property
+    def nbytes(self) -> int:
+        """Memory held: sketch tables of every pyramid level + tuple arrays."""
+        return sum(g.nbytes for g in self.grans)
+
+    def stats(self) -> dict:
+        """Cells, zones per granularity, tuples, memory, mean t_ins and work counters."""
+        zpg = [[{"id": z.id, "start": z.start, "min_ts": z.min_ts, "max_ts": z.max_ts, "n": z.n,
+                 "reason": z.reason} for z in g.zones()] for g in self.grans]
+        n_zones = sum(len(z) for z in zpg)
+        tuples = sum(z["n"] for zs in zpg for z in zs)
+        c = dict(self.counters)
+        return {
+            "structure": self._structure,
+            "clock": self.clock,
+            "cells": n_zones * self._B,
+            "zones": n_zones,
+            "zones_per_granularity": zpg,
+            "tuples": tuples,
+            "nbytes": self.nbytes,
+            "sketch_bytes": sum(l.nbytes for g in self.grans for l in g.levels),
+            "mean_t_ins": c["ingest_seconds"] / c["ingested"] if c["ingested"] else 0.0,
+            "counters": c,
+        }
+
+    def compress(self, factor: int = 2) -> None:
+        """Fold every cell sketch from width w to w/factor (exact; updates ``config.w``)."""
+        if not self._sketch:
+            return
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1 or self.config.w % factor:
+            raise SummaryError(f"compress: factor must be a positive divisor of w={self.config.w}, got {factor!r}")
+        if factor == 1:
+            return
+        B, d, w = self._shape
+        nw = w // factor
+        # fold columns exactly as CountSketch.compress does (probe its rule once)
+        probe = CountSketch(1, w, 0)
+        probe.table[0] = np.arange(w)
+        folded = probe.compress(factor).table[0]
+        if np.array_equal(folded, np.arange(w).reshape(nw, factor).sum(axis=1)):
+            fold = lambda a: a.reshape(a.shape[:-1] + (nw, factor)).sum(axis=-1)
+        elif np.array_equal(folded, np.arange(w).reshape(factor, nw).sum(axis=0)):
+            fold = lambda a: a.reshape(a.shape[:-1] + (factor, nw)).sum(axis=-2)
+        else:
+            raise SummaryError("compress: unknown CountSketch column folding rule")
+        for g in self.grans:
+            for l, lev in enumerate(g.levels):
+                g.levels[l] = fold(lev)
+            g.shape = (B, d, nw)
+            for dm in g._dirty:
+                dm[:] = True
+        for z in self._zones.values():      # change detection restarts in the current T4 zone
+            if z.total is not None:
+                z.total = z.pending = None
+                z.n_total = z.n_pending = 0
+        self.config.w //= factor
+        self._sig = self.config.fixed_signature()
+        self._setup_shapes()
+        for z in self._zones.values():
+            if z.gran == 0 and self._adaptive:
+                z.total = np.zeros((self._d, self._wdet))
+                z.pending = np.zeros((self._d, self._wdet))
+
+    # ------------------------------------------------------------------ serialization
+    def to_bytes(self) -> bytes:
+        """Canonical bytes: equal indexes (same data, same geometry) give equal bytes.
+
+        Each cell's tuples are written in (timestamp, row id) order (equal to
+        arrival order for an in-order stream); zone ids, cell handles, wall-clock
+        and work counters are not part of the bytes.
+        """
+        arrays: list[np.ndarray] = []
+        grans = []
+        for g in self.grans:
+            zs = []
+            for z in g.zones():
+                c = Chunk.concat(z.chunks, canonical=True) if z.chunks else None
+                ent = {"slot": z.slot, "start": z.start, "reason": z.reason, "min_ts": z.min_ts,
+                       "max_ts": z.max_ts, "n": z.n, "kstart": z.kstart,
+                       "n_pending": z.n_pending, "n_total": z.n_total,
+                       "arrays": len(arrays)}
+                if c is None:
+                    c = Chunk(np.zeros(0, self._vdtype or np.int64), np.zeros(0), np.zeros(0, np.int64),
+                              np.zeros(self._B + 1, np.int64))
+                arrays += [c.values, c.ts, c.rids, c.offsets]
+                if g.shape is not None:
+                    arrays.append(g.levels[0][z.slot])
+                if z.total is not None:
+                    arrays += [z.total, z.pending]
+                zs.append(ent)
+            grans.append({"period_start": g.period_start, "cap": g.cap, "zones": zs})
+        head = {"decl": self.decl.to_dict(), "config": self.config.to_dict(), "clock": self.clock,
+                "next_row": self._next_row, "g1_next_reason": self._g1_next_reason,
+                "vdtype": None if self._vdtype is None else self._vdtype.str, "grans": grans,
+                "arrays": [[a.dtype.str, list(a.shape)] for a in arrays]}
+        hb = json.dumps(head, sort_keys=True).encode("utf-8")
+        body = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+        return _MAGIC + struct.pack("<HI", _VERSION, len(hb)) + hb + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "StreamIndex":
+        if len(data) < 10 or data[:4] != _MAGIC:
+            raise SummaryError("StreamIndex.from_bytes: not a serialized stream index (bad magic)")
+        ver, hl = struct.unpack_from("<HI", data, 4)
+        if ver != _VERSION:
+            raise SummaryError(f"StreamIndex.from_bytes: unsupported version {ver}")
+        try:
+            head = json.loads(data[10:10 + hl].decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise SummaryError(f"StreamIndex.from_bytes: corrupt header ({exc})") from None
+        arrays, off = [], 10 + hl
+        for dt, shape in head["arrays"]:
+            dtype = np.dtype(dt)
+            cnt = int(np.prod(shape)) if shape else 1
+            nb = cnt * dtype.itemsize
+            if off + nb > len(data):
+                raise SummaryError("StreamIndex.from_bytes: truncated data")
+            arrays.append(np.frombuffer(data, dtype=dtype, count=cnt, offset=off).reshape(shape).copy())
+            off += nb
+        ix = cls(SummaryDeclaration(**head["decl"]), IndexConfig.from_dict(head["config"]))
+        ix.clock = head["clock"]
+        ix._next_row = head["next_row"]
+        ix._g1_next_reason = head["g1_next_reason"]
+        ix._vdtype = None if head["vdtype"] is None else np.dtype(head["vdtype"])
+        for gi, (g, ge) in enumerate(zip(ix.grans, head["grans"])):
+            g.grow(ge["cap"])
+            g.period_start = ge["period_start"]
+            for ent in ge["zones"]:
+                z = ix._new_zone(gi, ent["slot"], ent["start"], ent["reason"])
+                a = ent["arrays"]
+                v, t, r, o = arrays[a:a + 4]
+                a += 4
+                if len(r):
+                    z.chunks = [Chunk(v, t, r, o.astype(np.int64))]
+                z.n, z.min_ts, z.max_ts = ent["n"], ent["min_ts"], ent["max_ts"]
+                if ent["kstart"] is not None:
+                    z.kstart = ent["kstart"]
+                if g.shape is not None:
+                    g.levels[0][z.slot] = arrays[a]
+                    a += 1
+                if z.total is not None:
+                    z.total, z.pending = arrays[a], arrays[a + 1]
+                z.n_pending, z.n_total = ent["n_pending"], ent["n_total"]
+            if g.shape is not None:
+                g._rebuild()
+        ix.counters["zones_started"] = 0
+        return ix
+
+    def copy(self) -> "StreamIndex":
+        return StreamIndex.from_bytes(self.to_bytes())
+
+    def merge(self, other: "StreamIndex") -> "StreamIndex":
+        """Add an index built over *disjoint* data of the same stream (in place; returns self).
+
+        Both are first advanced to the later clock (deterministic COLLAPSEs);
+        zones of G2..Gm (and fixed G1 zones, T1-T3) are aligned to epoch 0, so
+        corresponding zones are merged: tables add (count sketches are
+        linear), tuple lists are merged in (timestamp, row id) order.  For T4
+        the self-adjusting G1 zones depend on arrival order, so G1 is
+        *realigned*: the union of both G1 tuple lists is replayed in
+        (timestamp, row id) order through the change detector.  Hence for
+        T1-T4 alike, merging per-partition indexes equals building one index
+        from all the data (byte for byte in ``to_bytes``) provided the
+        single build saw the tuples in (timestamp, row id) order and nothing was
+        rejected as late.  ``other`` is not modified.
+        """
+        if not isinstance(other, StreamIndex):
+            raise SummaryError(f"merge: other is a {type(other).__name__}, not a StreamIndex")
+        if self.decl != other.decl:
+            raise SummaryError(f"merge: declarations differ ({self.decl} vs {other.decl})")
+        if self._sig != other._sig:
+            raise SummaryError("merge: fixed config knobs differ "
+                               f"({dict(zip(IndexConfig.FIXED, self._sig))} vs {dict(zip(IndexConfig.FIXED, other._sig))})")
+        o = other.copy()
+        now = max(self.clock, o.clock)
+        if math.isfinite(now):
+            self.advance(now)
+            o.advance(now)
+        if self._vdtype is None:
+            self._vdtype = o._vdtype
+        replay = []
+        for gi, (g, og) in enumerate(zip(self.grans, o.grans)):
+            if gi == 0 and self._adaptive:
+                for ix in (self, o):
+                    for z in ix.grans[0].zones():
+                        if z.n:
+                            replay.append(z.all_tuples())
+                for z in g.zones():
+                    self._zones.pop(z.id, None)
+                g.clear()
+                self._g1_next_reason = None
+                continue
+            if og.period_start is not None:
+                g.period_start = og.period_start if g.period_start is None else g.period_start
+            for oz in og.zones():
+                z = g.slots[oz.slot]
+                if z is None:
+                    z = self._new_zone(gi, oz.slot, oz.start, oz.reason)
+                    z.kstart = oz.kstart
+                z.absorb([oz])
+                z.compact(canonical=True)
+                if self._sketch:
+                    g.add(oz.slot, og.levels[0][oz.slot])
+        if replay:
+            v = np.concatenate([r[0] for r in replay])
+            t = np.concatenate([r[1] for r in replay])
+            r = np.concatenate([r[2] for r in replay])
+            order = np.lexsort((r, t))
+            clock = self.clock
+            self._ingest_inorder(v[order], t[order], r[order])
+            self.clock = clock
+        self._next_row = max(self._next_row, o._next_row)
+        for k in ("ingested", "rejected", "late", "before_history"):
+            self.counters[k] += o.counters[k]
+        return self
+
+    def __repr__(self) -> str:
+        return (f"StreamIndex({self.decl.name} on {self.decl.stream}.{self.decl.attr}, {self._structure}, "
+                f"zones={sum(1 for _ in self._live())}, clock={self.clock})")
+
+
+def _overlap_frac(lo, hi, tf, tt) -> float:
+    if hi - lo <= 0:
+        return 1.0
+    return float(min(1.0, max(0.0, (min(hi, tt) - max(lo, tf)) / (hi - lo))))
