@@ -1,18 +1,22 @@
 """Count sketch (Charikar, Chen, Farach-Colton 2002): the default summary.
 
-A ``d x w`` table ``C`` of int64 counters.  Row ``r`` hashes a key ``x`` once,
-``z_r = splitmix64(code(x) + seed_r * GOLDEN)`` (see :mod:`.hashing`), and
-reads a bucket ``h_r(x) = (z_r >> 1) mod w`` and a sign
-``s_r(x) = +1 if z_r & 1 == 0 else -1`` from it.  Summarize adds
-``s_r(x) * weight`` to ``C[r, h_r(x)]``; Estimate returns the median over rows
-of ``s_r(x) * C[r, h_r(x)]``, an unbiased per-row estimate of the frequency
+A ``d x w`` table ``C`` of int64 counters.  A key ``x`` is hashed once,
+``h = splitmix64(code(x) + seed * GOLDEN)`` (see :mod:`.hashing`), and row
+``r`` derives its own hash by multiply-shift (Dietzfelbinger et al.) with a
+seeded odd multiplier ``a_r``: ``z_r = a_r h mod 2^64``.  The top bit of
+``z_r`` is the sign ``s_r(x)`` (+1 for 0, -1 for 1) and the next 32 bits
+``u`` give the bucket ``h_r(x) = floor(u w / 2^32)`` (for a power-of-two
+``w`` simply the next ``log2 w`` bits).  Summarize adds ``s_r(x) * weight``
+to ``C[r, h_r(x)]``; Estimate returns the median over rows of
+``s_r(x) * C[r, h_r(x)]``, an unbiased per-row estimate of the frequency
 ``f_x`` with variance at most ``F2 / w`` (``F2 = sum_y f_y^2``).
 
 Internally a key's (bucket, sign) pair in row ``r`` is one "signed bin"
-``2 (r w + h_r(x)) + [s_r(x) < 0]``: ingest is one integer ``bincount`` over
-signed bins (positive minus negative halves), estimation one gather from the
-table interleaved with its negation, followed by a min/max median network.
-Both run over cache-sized chunks of the batch.
+``2 w r + w [s_r(x) < 0] + h_r(x)`` (for a power-of-two ``w`` that is just
+``z_r >> (63 - log2 w)`` plus the row offset): ingest is one integer
+``bincount`` over signed bins (positive minus negative halves), estimation
+one gather from the table laid out next to its negation, followed by a
+min/max median network.  Both run over cache-sized chunks of the batch.
 
 Linearity: the table is a linear function of the frequency vector (in
 wrapping int64 arithmetic), so ``merge``/``subtract`` are exact element-wise
@@ -55,11 +59,13 @@ from ..errors import SummaryError
 from .hashing import as_key_array, hash_codes, key_codes, mix_inplace, seed_offset
 
 _MAGIC = b"SQCS"
-_VERSION = 2          # 2: bucket = (z >> 1) mod w, sign = low bit
-_HEADER = struct.Struct("<4sHHIQqqQI")  # magic, version, d, w, seed, total, total_abs, n_heavy, track_heavy
+_VERSION = 3          # 3: hash once, multiply-shift rows (sign = top bit, bucket = next bits)
+_HEADER = struct.Struct("<4sHHIQqQQI")  # magic, version, d, w, seed, total, total_abs, n_heavy, track_heavy
 _CHUNK = 1 << 14      # keys per chunk: d * 16k * 8 B stays in L2
+_EST_CHUNK = 1 << 14
 _EXACT_FLOAT = 2.0**53
-_ONE = np.uint64(1)
+_S31, _S32, _S63 = np.uint64(31), np.uint64(32), np.uint64(63)
+_LOW32 = np.uint64(0xFFFFFFFF)
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -83,34 +89,43 @@ def _row_seeds(seed: int, d: int) -> list[int]:
     return [int(s) for s in base]
 
 
-def _median_rows(vals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def _median_rows(vals: np.ndarray, out: np.ndarray | None = None,
+                 scratch: np.ndarray | None = None) -> np.ndarray:
     """Median over axis 0 of a (d, m) array; exact ints for odd d (min/max networks).
 
-    ``out`` (length m) receives the result when given (d = 1, 3, 5 fast paths).
+    ``out`` (length m) receives the result when given; ``scratch`` (at least
+    (4, m), same dtype) avoids temporaries in the d = 3 and d = 5 networks.
     """
-    d = vals.shape[0]
+    d, m = vals.shape
     if d == 1:
         if out is None:
             return vals[0].copy()
         out[...] = vals[0]
         return out
-    if d == 3:
-        a, b, c = vals
-        lo = np.minimum(a, b)
-        hi = np.maximum(a, b)
-        np.minimum(hi, c, out=hi)
-        return np.maximum(lo, hi, out=lo if out is None else out)
-    if d == 5:
+    if d in (3, 5):
+        sc = np.empty((4, m), dtype=vals.dtype) if scratch is None else scratch[:, :m]
+        if out is None:
+            out = np.empty(m, dtype=vals.dtype)
+        if d == 3:
+            a, b, c = vals
+            lo, hi = sc[0], sc[1]
+            np.minimum(a, b, out=lo)
+            np.maximum(a, b, out=hi)
+            np.minimum(hi, c, out=hi)
+            return np.maximum(lo, hi, out=out)
         # median5 = median3(e, max(min(a,b), min(c,d)), min(max(a,b), max(c,d)))
         a, b, c, dd, e = vals
-        lo1, hi1 = np.minimum(a, b), np.maximum(a, b)
-        lo2, hi2 = np.minimum(c, dd), np.maximum(c, dd)
-        f = np.maximum(lo1, lo2, out=lo1)
-        g = np.minimum(hi1, hi2, out=hi1)
-        lo = np.minimum(f, g, out=lo2)
-        hi = np.maximum(f, g, out=hi2)
-        np.minimum(hi, e, out=hi)
-        return np.maximum(lo, hi, out=lo if out is None else out)
+        lo1, hi1, lo2, hi2 = sc
+        np.minimum(a, b, out=lo1)
+        np.maximum(a, b, out=hi1)
+        np.minimum(c, dd, out=lo2)
+        np.maximum(c, dd, out=hi2)
+        np.maximum(lo1, lo2, out=lo1)      # f
+        np.minimum(hi1, hi2, out=hi1)      # g
+        np.minimum(lo1, hi1, out=lo2)      # min(f, g)
+        np.maximum(lo1, hi1, out=hi2)      # max(f, g)
+        np.minimum(hi2, e, out=hi2)
+        return np.maximum(lo2, hi2, out=out)
     res = np.partition(vals, d // 2, axis=0)[d // 2] if d % 2 else np.median(vals, axis=0)
     if out is None:
         return res
@@ -146,11 +161,11 @@ class CountSketch:
         self.total_abs = 0      # sum of |weight| ever merged in (for confidence)
         self.track_heavy = int(track_heavy)
         self._heavy: np.ndarray | None = None
-        self._seeds = _row_seeds(self.seed, self.d)
-        self._row_off = [seed_offset(s) for s in self._seeds]
-        self._row_base = [np.uint64(2 * r * self.w) for r in range(self.d)]
+        self._seeds = _row_seeds(self.seed, self.d)          # row r multiplier a_r = seeds[r] | 1
+        self._mult = [np.uint64(x | 1) for x in self._seeds]
+        self._base_off = seed_offset(self.seed)
         self._pow2 = self.w & (self.w - 1) == 0
-        self._bin_mask = np.uint64(2 * self.w - 1)
+        self._shift = np.uint64(63 - (self.w.bit_length() - 1))  # pow2: z >> shift = [sign | bucket]
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -173,36 +188,42 @@ class CountSketch:
         return out
 
     # -- hashing -----------------------------------------------------------
-    def _bins_chunks(self, codes: np.ndarray):
+    def _bins_chunks(self, codes: np.ndarray, chunk: int = 0):
         """Yield ``(start, bins)`` with ``bins`` (d, m) uint64 signed bins of ``codes[start:start+m]``.
 
-        ``bins`` is a reused scratch buffer: consume it before the next step.
+        Row-local signed bin: ``w [s_r < 0] + h_r`` in ``[0, 2 w)``.  ``bins``
+        is a reused scratch buffer: consume it before the next step.
         """
         n = len(codes)
-        size = min(n, _CHUNK)
+        chunk = chunk or _CHUNK
+        size = min(n, chunk)
         buf = np.empty((self.d, size), dtype=np.uint64)
+        hbuf = np.empty(size, dtype=np.uint64)
         tmp = np.empty(size, dtype=np.uint64)
-        for s in range(0, n, _CHUNK):
-            c = codes[s:s + _CHUNK]
+        w = np.uint64(self.w)
+        for s in range(0, n, chunk):
+            c = codes[s:s + chunk]
             m = len(c)
-            t = tmp[:m]
+            t, h = tmp[:m], hbuf[:m]
+            np.add(c, self._base_off, out=h)
+            mix_inplace(h, t)                               # one strong 64-bit hash per key
             for r in range(self.d):
                 z = buf[r, :m]
-                np.add(c, self._row_off[r], out=z)
-                mix_inplace(z, t)
+                np.multiply(h, self._mult[r], out=z)        # row hash z_r = a_r h mod 2^64
                 if self._pow2:
-                    z &= self._bin_mask                      # 2 * (bucket) + sign bit
+                    z >>= self._shift                       # top bits: sign, then bucket
                 else:
-                    np.bitwise_and(z, _ONE, out=t)
-                    z >>= _ONE
-                    z %= np.uint64(self.w)
-                    z <<= _ONE
-                    z |= t
-                z += self._row_base[r]
+                    np.right_shift(z, _S63, out=t)          # sign bit
+                    t *= w
+                    z >>= _S31
+                    z &= _LOW32                             # x: the 32 bits below the sign
+                    z *= w
+                    z >>= _S32                              # bucket = floor(x w / 2^32)
+                    z += t
             yield s, buf[:, :m]
 
     def locate(self, values) -> tuple[np.ndarray, np.ndarray]:
-        """Flat counter index (d, n) int64 and sign (d, n) int64 of every key.
+        """Flat counter index ``r w + h_r(x)`` (d, n) int64 and sign (d, n) int64 of every key.
 
         Lets callers that update many sketches of the same shape (the index's
         cells) hash a batch once and reuse it with :meth:`update_located` /
@@ -212,14 +233,19 @@ class CountSketch:
         n = len(codes)
         idx = np.empty((self.d, n), dtype=np.int64)
         sgn = np.empty((self.d, n), dtype=np.int64)
+        row_w = (np.arange(self.d, dtype=np.int64) * self.w)[:, None]
+        neg = np.empty((self.d, min(n, _CHUNK)), dtype=bool)
         for s, bins in self._bins_chunks(codes):
             m = bins.shape[1]
-            b = bins.view(np.int64)
-            np.right_shift(b, 1, out=idx[:, s:s + m])
-            sg = sgn[:, s:s + m]
-            np.bitwise_and(b, 1, out=sg)
-            sg *= -2
+            b = bins.view(np.int64)                      # w [s < 0] + bucket
+            ng = neg[:, :m]
+            np.greater_equal(b, self.w, out=ng)
+            sg, ix = sgn[:, s:s + m], idx[:, s:s + m]
+            np.multiply(ng, -2, out=sg)
             sg += 1
+            np.multiply(ng, self.w, out=ix)
+            np.subtract(b, ix, out=ix)
+            ix += row_w
         return idx, sgn
 
     # -- Summarize / Estimate --------------------------------------------------
@@ -271,32 +297,49 @@ class CountSketch:
         keys = as_key_array(values, "CountSketch.update values")
         wts = self._check_weights(weights, len(keys))
         codes = key_codes(keys, "CountSketch.update values")
-        nb = 2 * self.d * self.w
         flat = self.table.reshape(-1)
+        w2 = 2 * self.w
         if wts is None:
-            acc = np.zeros(nb, dtype=np.int64)
+            acc = np.zeros((self.d, w2), dtype=np.int64)
             for _, bins in self._bins_chunks(codes):
-                acc += np.bincount(bins.view(np.int64).reshape(-1), minlength=nb)
-            flat += acc[0::2]
-            flat -= acc[1::2]
+                b = bins.view(np.int64)
+                for r in range(self.d):
+                    acc[r] += np.bincount(b[r], minlength=w2)
+            self._fold_signed(acc)
         elif self._weights_exact_in_float(wts):
             wf = wts.astype(np.float64)
-            acc = np.zeros(nb, dtype=np.float64)
+            acc = np.zeros((self.d, w2), dtype=np.float64)
             for s, bins in self._bins_chunks(codes):
                 ws = wf[s:s + bins.shape[1]]
-                for r in range(self.d):
-                    acc += np.bincount(bins[r].view(np.int64), weights=ws, minlength=nb)
-            flat += np.rint(acc[0::2] - acc[1::2]).astype(np.int64)
-        else:
-            for s, bins in self._bins_chunks(codes):
                 b = bins.view(np.int64)
-                ws = wts[s:s + b.shape[1]]
-                contrib = np.where(b & 1, -ws[None, :], ws[None, :])
-                np.add.at(flat, (b >> 1).reshape(-1), contrib.reshape(-1))
+                for r in range(self.d):
+                    acc[r] += np.bincount(b[r], weights=ws, minlength=w2)
+            self._fold_signed(np.rint(acc).astype(np.int64))
+        else:  # sum |w| >= 2^53: exact wrapping int64 scatter-add
+            for s, bins in self._bins_chunks(codes):
+                idx, neg = self._unsign(bins)
+                ws = wts[s:s + bins.shape[1]]
+                contrib = np.where(neg, -ws[None, :], ws[None, :])
+                np.add.at(flat, idx.reshape(-1), contrib.reshape(-1))
         self._add_totals(len(codes), wts)
         if self.track_heavy and len(keys):
             self._refresh_heavy(np.unique(keys))
         return self
+
+    def _fold_signed(self, acc: np.ndarray) -> None:
+        """Add per-signed-bin sums (length 2 d w) to the table: positive half minus negative half."""
+        a = acc.reshape(self.d, 2, self.w)
+        self.table += a[:, 0, :]
+        self.table -= a[:, 1, :]
+
+    def _unsign(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Signed bins (d, m) -> flat counter index r w + bucket (int64) and negative-sign mask."""
+        row_w = (np.arange(self.d, dtype=np.int64) * self.w)[:, None]
+        local = bins.view(np.int64)                            # w [s < 0] + bucket
+        neg = local >= self.w
+        idx = local - self.w * neg
+        idx += row_w
+        return idx, neg
 
     def _check_located(self, idx, sgn, where: str) -> tuple[np.ndarray, np.ndarray]:
         idx, sgn = np.asarray(idx), np.asarray(sgn)
@@ -315,11 +358,9 @@ class CountSketch:
         nb = self.d * self.w
         flat = self.table.reshape(-1)
         if wts is None:
-            signed = idx * 2
-            signed += sgn < 0
-            acc = np.bincount(signed.reshape(-1), minlength=2 * nb)
-            flat += acc[0::2]
-            flat -= acc[1::2]
+            signed = idx + (np.arange(self.d, dtype=np.int64) * self.w)[:, None]   # 2 w r + bucket
+            signed += (sgn < 0) * self.w
+            self._fold_signed(np.bincount(signed.reshape(-1), minlength=2 * nb))
         elif self._weights_exact_in_float(wts):
             wf = wts.astype(np.float64)
             acc = np.zeros(nb, dtype=np.float64)
@@ -334,21 +375,27 @@ class CountSketch:
         """Median-of-rows frequency estimate of each key (int64 for odd d, float64 for even d)."""
         codes = key_codes(values, "CountSketch.estimate values")
         n = len(codes)
-        out = np.empty(n, dtype=np.int64 if self.d % 2 else np.float64)
         flat = self.table.reshape(-1)
-        # [C0, -C0, C1, -C1, ...] so that one gather by signed bin applies the sign;
+        # per row [C_r, -C_r] so that one gather by signed bin applies the sign;
         # int32 when the counters allow it (half the cache traffic, faster median)
         small = flat.size == 0 or (int(flat.min()) > -(2**31) and int(flat.max()) < 2**31)
         dt = np.int32 if small else np.int64
-        signed = np.empty(2 * flat.size, dtype=dt)
-        signed[0::2] = flat
-        np.negative(flat, out=signed[1::2], casting="unsafe")
-        vals = np.empty((self.d, min(n, _CHUNK)), dtype=dt)
-        for s, bins in self._bins_chunks(codes):
+        signed = np.empty((self.d, 2, self.w), dtype=dt)
+        signed[:, 0, :] = self.table
+        np.negative(self.table, out=signed[:, 1, :], casting="unsafe")
+        signed = signed.reshape(self.d, 2 * self.w)
+        out = np.empty(n, dtype=np.int64 if self.d % 2 else np.float64)
+        size = min(n, _EST_CHUNK)
+        vals = np.empty((self.d, size), dtype=dt)
+        med = np.empty(size, dtype=dt if self.d % 2 else np.float64)
+        scratch = np.empty((4, size), dtype=dt)
+        for s, bins in self._bins_chunks(codes, _EST_CHUNK):
             m = bins.shape[1]
             v = vals[:, :m]
-            np.take(signed, bins.view(np.int64), out=v, mode="wrap")  # bins are in range by construction
-            _median_rows(v, out=out[s:s + m])
+            b = bins.view(np.int64)
+            for r in range(self.d):   # bins are in [0, 2w) by construction: no bounds check needed
+                np.take(signed[r], b[r], out=v[r], mode="wrap")
+            out[s:s + m] = _median_rows(v, out=med[:m], scratch=scratch)
         return out
 
     def estimate_located(self, idx: np.ndarray, sgn: np.ndarray) -> np.ndarray:
@@ -447,16 +494,17 @@ class CountSketch:
 
     # -- compression -------------------------------------------------------------
     def compress(self, factor: int = 2) -> "CountSketch":
-        """Fold width w into w/factor (bucket b -> b mod w/factor); returns a new sketch.
+        """Fold width w into w/factor (bucket b -> b // factor); returns a new sketch.
 
         Exact: equals the sketch of the same data built directly at width
-        w/factor, because ``x mod (w/f) == (x mod w) mod (w/f)`` when f divides w.
+        w/factor, because ``floor(x (w/f) / 2^32) == floor(floor(x w / 2^32) / f)``
+        when f divides w (and the sign bit does not depend on w).
         """
         if (isinstance(factor, bool) or not isinstance(factor, (int, np.integer))
                 or factor < 1 or self.w % factor):
             raise SummaryError(f"compress: factor must be a positive divisor of w={self.w}, got {factor!r}")
         out = CountSketch(self.d, self.w // int(factor), self.seed, self.track_heavy)
-        out.table[...] = self.table.reshape(self.d, int(factor), out.w).sum(axis=1)
+        out.table[...] = self.table.reshape(self.d, out.w, int(factor)).sum(axis=2)
         out.total, out.total_abs = self.total, self.total_abs
         out._heavy = None if self._heavy is None else self._heavy.copy()
         return out
@@ -477,9 +525,9 @@ class CountSketch:
             h = self._heavy
             np.save(buf, h.astype(h.dtype.newbyteorder("<")), allow_pickle=False)
             heavy, n_heavy = buf.getvalue(), len(h)
-        for name, v in (("total", self.total), ("total_abs", self.total_abs)):
-            if not _I64_MIN <= v <= _I64_MAX:
-                raise SummaryError(f"CountSketch.to_bytes: {name}={v} does not fit the int64 header")
+        if not _I64_MIN <= self.total <= _I64_MAX or not 0 <= self.total_abs < 2**64:
+            raise SummaryError(f"CountSketch.to_bytes: total={self.total} / total_abs={self.total_abs} "
+                               "do not fit the 64-bit header")
         head = _HEADER.pack(_MAGIC, _VERSION, self.d, self.w, self.seed, self.total, self.total_abs,
                             n_heavy, self.track_heavy)
         return head + self.table.astype("<i8", copy=False).tobytes() + heavy
@@ -498,7 +546,7 @@ class CountSketch:
             raise SummaryError(f"CountSketch.from_bytes: not a count sketch (magic {magic!r}, expected {_MAGIC!r})")
         if ver != _VERSION:
             raise SummaryError(f"CountSketch.from_bytes: unsupported format version {ver} (expected {_VERSION})")
-        if d < 1 or w < 1 or w > 2**31 - 1 or total_abs < 0 or track > 2**31 - 1 or n_heavy > track:
+        if d < 1 or w < 1 or w > 2**31 - 1 or track > 2**31 - 1 or n_heavy > track:
             raise SummaryError(f"CountSketch.from_bytes: corrupt header (d={d}, w={w}, total_abs={total_abs}, "
                                f"n_heavy={n_heavy}, track_heavy={track})")
         off = _HEADER.size
