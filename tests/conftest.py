@@ -4,6 +4,15 @@ import sys
 
 import pytest
 
+try:  # deterministic, no per-example deadlines (CI shares 2 cores)
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("sketchql", deadline=None, derandomize=True, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("sketchql")
+except ImportError:  # pragma: no cover
+    pass
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
