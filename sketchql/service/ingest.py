@@ -1,0 +1,246 @@
+"""Request bodies -> typed column arrays for :meth:`Engine.push`.
+
+Accepted bodies (``Content-Type``):
+
+* ``application/json``: ``{"rows": [{"col": v, ...}, ...]}``,
+  ``{"columns": {"col": [v, ...], ...}}`` or a bare list of row objects;
+* ``application/x-ndjson`` (also ``application/jsonl``): one row object per line;
+* ``application/vnd.apache.arrow.stream``: an Arrow IPC stream.
+
+JSON values are checked against the declared column kinds before anything is
+pushed: INT takes JSON numbers (integral ones; the engine reports a
+fraction), DOUBLE takes numbers or null, STRING takes strings or null, BOOL
+takes true/false.  The first offending value is reported with its column and
+row index (the position in the batch as sent; for NDJSON also its line).
+The type check is one C-level pass per column (``set(map(type, values))``);
+only a failing column is scanned again to locate the bad row.
+
+>>> from sketchql.planner.catalog import Schema
+>>> sch = Schema("S", {"k": "int", "ts": "float"}, "ts")
+>>> cols, n = parse_batch(b'{"rows": [{"k": 1, "ts": 0.5}, {"k": 2, "ts": 1}]}', "application/json", sch, 10)
+>>> n, cols["k"].tolist(), cols["ts"].tolist()
+(2, [1, 2], [0.5, 1.0])
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .errors import ApiError, limit_exceeded
+
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
+ARROW_TYPES = ("application/vnd.apache.arrow.stream",)
+
+_MISSING = object()
+_ALLOWED = {
+    "int": (int, float),
+    "float": (int, float, type(None)),
+    "str": (str, type(None)),
+    "bool": (bool,),
+}
+_KIND_NAME = {"int": "INT", "float": "DOUBLE", "str": "STRING", "bool": "BOOL"}
+_JSON_NAME = {int: "a number", float: "a number", str: "a string", bool: "a boolean", type(None): "null",
+              list: "an array", dict: "an object"}
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "application/json").split(";")[0].strip().lower()
+
+
+def parse_batch(body: bytes, content_type: str | None, schema, max_rows: int):
+    """``(columns dict of numpy arrays keyed by declared names, n_rows)`` or :class:`ApiError`.
+
+    A refused batch's error carries ``rows_seen`` (rows it held, when known) for the metrics.
+    """
+    seen = [0]
+    try:
+        return _parse_batch(body, content_type, schema, max_rows, seen)
+    except ApiError as exc:
+        exc.rows_seen = seen[0]
+        raise
+
+
+def _parse_batch(body, content_type, schema, max_rows, seen):
+    where = schema.name
+    mt = media_type(content_type)
+    if mt in ARROW_TYPES:
+        return _parse_arrow(body, schema, max_rows, seen)
+    if mt in NDJSON_TYPES:
+        rows, lines = _parse_ndjson(body, where)
+        seen[0] = len(rows)
+        _check_rows(len(rows), max_rows)
+        return _rows_to_columns(rows, schema, lines), len(rows)
+    if mt not in ("application/json", "text/json"):
+        raise ApiError(415, "unsupported_media_type",
+                       f"stream {where}: cannot read a batch of Content-Type {mt!r}; use application/json, "
+                       f"application/x-ndjson or {ARROW_TYPES[0]}", stream=where)
+    doc = _loads(body, where)
+    if isinstance(doc, list):
+        rows = doc
+    elif isinstance(doc, dict):
+        keys = set(doc)
+        if keys == {"rows"}:
+            rows = doc["rows"]
+            if not isinstance(rows, list):
+                raise ApiError(400, "bad_batch", f"stream {where}: \"rows\" must be an array of objects, "
+                               f"got {_JSON_NAME.get(type(rows), type(rows).__name__)}", stream=where)
+        elif keys == {"columns"}:
+            return _columns(doc["columns"], schema, max_rows, seen)
+        else:
+            raise ApiError(400, "bad_batch", f"stream {where}: a JSON batch is {{\"rows\": [...]}} or "
+                           f"{{\"columns\": {{...}}}}, got keys {sorted(keys)}", stream=where)
+    else:
+        raise ApiError(400, "bad_batch", f"stream {where}: a JSON batch must be an object or an array of rows",
+                       stream=where)
+    seen[0] = len(rows)
+    _check_rows(len(rows), max_rows)
+    return _rows_to_columns(rows, schema, None), len(rows)
+
+
+def _check_rows(n: int, max_rows: int):
+    if n > max_rows:
+        raise limit_exceeded(413, "max_batch_rows", n, max_rows, "rows in one batch")
+
+
+def _loads(body: bytes, where: str):
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"stream {where}: invalid JSON at line {exc.lineno}, column "
+                       f"{exc.colno}: {exc.msg}", stream=where, line=exc.lineno, column=exc.colno) from None
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"stream {where}: body is not UTF-8 ({exc.reason})", stream=where) \
+            from None
+
+
+def _parse_ndjson(body: bytes, where: str):
+    rows, lines = [], []
+    for i, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.reason
+            raise ApiError(400, "invalid_json", f"stream {where}: NDJSON line {i} is not valid JSON: {msg}",
+                           stream=where, line=i, row=len(rows)) from None
+        lines.append(i)
+    return rows, lines
+
+
+def _resolve(schema, given, where, row=None) -> dict:
+    """given key -> declared column name, or an error naming the unknown column."""
+    out = {}
+    for k in given:
+        c = schema.column(str(k))
+        if c is None:
+            at = f" (row {row})" if row is not None else ""
+            raise ApiError(400, "BatchError", f"stream {where}: unknown column {k!r}{at}; declared: "
+                           f"{list(schema.columns)}", stream=where, column_name=str(k), row=row)
+        if c in out.values():
+            raise ApiError(400, "BatchError", f"stream {where}: column {c!r} given twice", stream=where,
+                           column_name=c)
+        out[k] = c
+    return out
+
+
+def _rows_to_columns(rows: list, schema, lines) -> dict:
+    where = schema.name
+    kinds = set(map(type, rows))
+    if kinds - {dict}:
+        r = next(i for i, x in enumerate(rows) if not isinstance(x, dict))
+        raise ApiError(400, "bad_batch", f"stream {where}: row {r} is "
+                       f"{_JSON_NAME.get(type(rows[r]), type(rows[r]).__name__)}, expected an object",
+                       stream=where, row=r, line=lines[r] if lines else None)
+    keys = set().union(*rows) if rows else set()
+    try:
+        names = _resolve(schema, keys, where)
+    except ApiError as exc:
+        bad = exc.fields["column_name"]
+        r = next(i for i, x in enumerate(rows) if bad in x)
+        exc.fields["row"] = r
+        exc.message = f"{exc.message} (first in row {r})"
+        raise
+    cols = {}
+    for c in schema.columns:
+        given = [k for k, v in names.items() if v == c]
+        if not given:
+            if rows:
+                raise ApiError(400, "BatchError", f"stream {where}: row 0 lacks column {c!r}",
+                               stream=where, column_name=c, row=0, line=lines[0] if lines else None)
+            cols[c] = []
+            continue
+        k = given[0]
+        cols[c] = [x.get(k, _MISSING) for x in rows]
+    return {c: _typed(c, schema.columns[c], v, where, lines) for c, v in cols.items()}
+
+
+def _columns(doc, schema, max_rows, seen):
+    where = schema.name
+    if not isinstance(doc, dict):
+        raise ApiError(400, "bad_batch", f"stream {where}: \"columns\" must be an object of arrays", stream=where)
+    names = _resolve(schema, doc, where)
+    lengths = {}
+    for k, v in doc.items():
+        if not isinstance(v, list):
+            raise ApiError(400, "bad_batch", f"stream {where}: column {names[k]!r} must be an array",
+                           stream=where, column_name=names[k])
+        lengths[names[k]] = len(v)
+    missing = [c for c in schema.columns if c not in lengths]
+    if missing:
+        raise ApiError(400, "BatchError", f"stream {where}: batch lacks column(s) {missing}; declared: "
+                       f"{list(schema.columns)}", stream=where, column_name=missing[0])
+    n = max(lengths.values()) if lengths else 0
+    seen[0] = n
+    _check_rows(n, max_rows)
+    bad = [c for c, m in lengths.items() if m != n]
+    if bad:
+        raise ApiError(400, "BatchError", f"stream {where}: column {bad[0]!r} has {lengths[bad[0]]} values, "
+                       f"expected {n} like the other columns", stream=where, column_name=bad[0])
+    return {names[k]: _typed(names[k], schema.columns[names[k]], v, where, None) for k, v in doc.items()}, n
+
+
+def _typed(col: str, kind: str, vals: list, where: str, lines) -> np.ndarray:
+    allowed = _ALLOWED[kind]
+    types = set(map(type, vals))
+    if not types.issubset(allowed):
+        r = next(i for i, v in enumerate(vals) if type(v) not in allowed)
+        v = vals[r]
+        line = lines[r] if lines else None
+        if v is _MISSING:
+            raise ApiError(400, "BatchError", f"stream {where}: row {r} lacks column {col!r}",
+                           stream=where, column_name=col, row=r, line=line)
+        got = "null" if v is None else f"{_JSON_NAME.get(type(v), type(v).__name__)} ({json.dumps(v)[:60]})"
+        raise ApiError(400, "BatchError", f"stream {where}: column {col!r} is {_KIND_NAME[kind]} but row {r} "
+                       f"holds {got}", stream=where, column_name=col, row=r, line=line)
+    try:
+        if kind == "int":
+            return np.array(vals, dtype=np.float64 if float in types else np.int64)
+        if kind == "float":
+            return np.array(vals, dtype=np.float64)
+        if kind == "bool":
+            return np.array(vals, dtype=bool)
+        out = np.empty(len(vals), dtype=object)
+        out[:] = vals
+        return out
+    except OverflowError:
+        r = next(i for i, v in enumerate(vals) if isinstance(v, int) and not -2**63 <= v < 2**63)
+        raise ApiError(400, "BatchError", f"stream {where}: column {col!r} row {r}: {vals[r]} does not fit "
+                       f"in 64 bits", stream=where, column_name=col, row=r) from None
+
+
+def _parse_arrow(body: bytes, schema, max_rows: int, seen):
+    import pyarrow as pa
+
+    where = schema.name
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ApiError(400, "bad_batch", f"stream {where}: cannot read the Arrow IPC stream ({exc})",
+                       stream=where) from None
+    seen[0] = table.num_rows
+    _check_rows(table.num_rows, max_rows)
+    names = _resolve(schema, table.schema.names, where)
+    cols = {names[n]: table.column(i).to_numpy(zero_copy_only=False) for i, n in enumerate(table.schema.names)}
+    return cols, table.num_rows

@@ -1,0 +1,55 @@
+"""Limits on every server-facing input of the sketchql service.
+
+Each request is checked against these before any work is done; a request
+over a limit is refused whole (HTTP 413 for sizes, 422 for counts and
+parameters) with a message naming the limit and the value given, so nothing
+already accepted is affected.
+
+>>> lim = Limits(max_batch_rows=10)
+>>> lim.max_batch_rows, Limits().max_body_bytes
+(10, 8388608)
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+
+@dataclass
+class Limits:
+    """Bounds on request sizes and on the resources a client can create.
+
+    * ``max_body_bytes``: request body (JSON / NDJSON) size, bytes;
+    * ``max_batch_rows``: rows in one pushed batch;
+    * ``max_sql_chars``: length of a SQL text (DDL or query);
+    * ``max_streams``: streams + tables declared;
+    * ``max_queries``: registered continuous queries;
+    * ``max_summaries``: summaries loaded with ``/summaries/load``;
+    * ``max_summary_file_bytes``: size of one summary file to load;
+    * ``max_results_limit``: the largest ``limit`` of a results/snapshot read
+      (``default_results_limit`` when none is given);
+    * ``max_retained_rows``: change rows the service keeps per query for
+      cursor reads (older rows are dropped, a read says how many it missed);
+    * ``max_estimate_values``: values in one estimate request;
+    * ``summary_roots``: if set, ``/summaries/load`` only reads paths inside
+      these directories.
+    """
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_batch_rows: int = 100_000
+    max_sql_chars: int = 10_000
+    max_streams: int = 64
+    max_queries: int = 64
+    max_summaries: int = 16
+    max_summary_file_bytes: int = 256 * 1024 * 1024
+    max_results_limit: int = 10_000
+    default_results_limit: int = 1_000
+    max_retained_rows: int = 200_000
+    max_estimate_values: int = 1_000
+    summary_roots: Optional[tuple] = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["summary_roots"] is not None:
+            d["summary_roots"] = list(d["summary_roots"])
+        return d

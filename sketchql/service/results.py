@@ -1,0 +1,118 @@
+"""Cursor-readable change logs of continuous queries, and JSON encoding of columns.
+
+A query's answer is a change stream: rows with ``sign`` (+1 enters the
+result, -1 leaves it) and ``at`` (the event time of the change), in the
+query's view (ISTREAM: +1 rows, DSTREAM: -1 rows, relation/RSTREAM: both).
+The service drains each query with ``Query.poll()`` into a
+:class:`ResultLog` that numbers the rows 0, 1, 2, ... (``seq``).  A client
+reads ``rows with seq >= since`` (at most ``limit``) and continues from the
+returned ``next`` cursor, so repeated polls see every row exactly once.
+
+Memory: a log keeps at most ``max_rows`` rows (the newest); a read whose
+cursor points before the oldest kept row starts at the oldest and reports
+``missed`` (how many rows it can no longer see).
+
+>>> import numpy as np
+>>> from sketchql.operators.changes import Batch, Changes
+>>> log = ResultLog(["v"], max_rows=3)
+>>> b = Batch({"v": np.array([1.0, 2.0])}, ts=np.array([1.0, 2.0]))
+>>> log.append(Changes.inserts(b, at=b.ts, rid=np.arange(2)))
+>>> log.append(Changes.deletes(b, at=b.ts + 10, rid=np.arange(2)))
+>>> r = log.read(0, 10)
+>>> r["missed"], r["next"], [(x["seq"], x["sign"], x["row"]["v"]) for x in r["rows"]]
+(1, 4, [(1, 1, 2.0), (2, -1, 1.0), (3, -1, 2.0)])
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+
+def json_values(a) -> list:
+    """A numpy column as JSON-safe Python values (NaN / inf -> None)."""
+    a = np.asarray(a)
+    if a.dtype.kind == "f":
+        vals = a.tolist()
+        if not np.isfinite(a).all():
+            vals = [v if math.isfinite(v) else None for v in vals]
+        return vals
+    if a.dtype.kind == "O":
+        return [None if (isinstance(v, float) and not math.isfinite(v)) else
+                (v.item() if isinstance(v, np.generic) else v) for v in a.tolist()]
+    return a.tolist()
+
+
+def json_number(x):
+    """A float for JSON (None for NaN / +-inf)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def frame_records(df, limit: int):
+    """(list of row dicts, total rows) of a DataFrame, at most ``limit`` rows."""
+    n = len(df)
+    head = df.iloc[:limit]
+    cols = {str(c): json_values(head[c].to_numpy()) for c in head.columns}
+    names = list(cols)
+    rows = [dict(zip(names, vals)) for vals in zip(*cols.values())] if names else [{} for _ in range(len(head))]
+    return rows, n
+
+
+class ResultLog:
+    """The change rows of one query, numbered, bounded to the newest ``max_rows``."""
+
+    def __init__(self, names, max_rows: int):
+        self.names = list(names)
+        self.max_rows = int(max_rows)
+        self._chunks: deque = deque()   # (first seq, Changes)
+        self.total = 0                  # rows ever appended = next seq
+        self.first = 0                  # seq of the oldest kept row
+        self.plus = 0
+        self.minus = 0
+
+    def append(self, ch) -> None:
+        n = len(ch)
+        if not n:
+            return
+        self._chunks.append((self.total, ch))
+        self.total += n
+        pos = int((ch.sign > 0).sum())
+        self.plus += pos
+        self.minus += n - pos
+        while self.total - self.first > self.max_rows:
+            start, c = self._chunks[0]
+            excess = self.total - self.first - self.max_rows
+            if len(c) <= excess:
+                self._chunks.popleft()
+                self.first = start + len(c)
+            else:
+                self._chunks[0] = (start + excess, c.take(slice(excess, None)))
+                self.first = start + excess
+
+    @property
+    def retained(self) -> int:
+        return self.total - self.first
+
+    def read(self, since: int, limit: int) -> dict:
+        since = max(int(since), 0)
+        start = max(since, self.first)
+        missed = start - since if since < self.first else 0
+        end = min(start + int(limit), self.total)
+        rows = []
+        for first, ch in self._chunks:
+            lo, hi = max(start, first), min(end, first + len(ch))
+            if lo >= hi:
+                continue
+            part = ch.take(slice(lo - first, hi - first))
+            cols = [json_values(part.columns[c]) for c in self.names]
+            signs = part.sign.tolist()
+            ats = json_values(part.at)
+            for i in range(hi - lo):
+                rows.append({"seq": lo + i, "sign": signs[i], "at": ats[i],
+                             "row": {c: cols[j][i] for j, c in enumerate(self.names)}})
+        return {"since": since, "next": max(end, start), "rows": rows, "missed": missed,
+                "available": self.total - max(end, start), "first_available": self.first, "total": self.total}
