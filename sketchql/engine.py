@@ -21,23 +21,27 @@ rejected with :class:`~sketchql.errors.LateTupleError` (unless the stream's
 event-time order per stream; a batch may be unsorted internally).
 
 Results: a query's answer is a change stream (+1 / −1 rows with the time
-``at`` of the change).  ``query.changes()`` returns it all; ``query.results()``
+``at`` of the change).  ``query.changes()`` returns it (the retained part:
+the newest ``retain_changes`` rows, a query knob); ``query.results()``
 returns it as a DataFrame in the query's view (ISTREAM: the +1 rows, DSTREAM:
 the −1 rows, RSTREAM / relation: all changes; CQL's default is ISTREAM for a
 non-aggregate query over streams, the relation otherwise);
-``query.snapshot(t)`` is the relation at time t;  iterating over the query
+``query.snapshot(t)`` is the relation at time t (exact back to
+``query.snapshot_from``; the current relation is maintained incrementally, so
+memory follows the window state, not the history);  iterating over the query
 (or ``query.poll()``) yields the batches of changes not consumed yet.
 """
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from .errors import LateTupleError, SketchQLError, SketchQLSemanticError
-from .operators.changes import Batch, Changes, dstream, istream, snapshot
+from .operators.changes import Batch, Changes, dstream, istream, mix_rids, snapshot
 from .planner import ast as A
 from .planner.catalog import Catalog, Schema, SummaryDecl, numpy_dtype, type_kind
 from .planner.explain import explain_plan
@@ -45,11 +49,15 @@ from .planner.parser import parse
 from .planner.plan import Plan, PlanNode, StreamStats, instantiate, plan_query, promising_available
 from .planner.semantic import analyze
 
-__all__ = ["Engine", "Query", "StreamHandle", "BatchError"]
+__all__ = ["Engine", "Query", "StreamHandle", "BatchError", "HistoryUnavailable", "PollResult"]
 
 
 class BatchError(SketchQLError, ValueError):
     """A pushed batch does not match its stream's declaration (nothing of it was accepted)."""
+
+
+class HistoryUnavailable(SketchQLError, LookupError):
+    """A snapshot was asked for a time older than the query's retained change history."""
 
 
 # ---------------------------------------------------------------------- batches
@@ -243,12 +251,136 @@ class StreamHandle:
                 "rate_per_s": st.rate, "knobs": self.knobs()}
 
 
+# ---------------------------------------------------------------------- maintained results
+def _row_keys(rows: Batch, names) -> np.ndarray:
+    """int64 identity of each row's values in ``names`` (the multiset key ``snapshot()`` groups by).
+
+    Per column a seeded 64-bit hash (``pandas.util.hash_array``; -0.0 -> 0.0, every NaN/NULL the
+    same), chained with SplitMix64 (:func:`mix_rids`); two distinct live value tuples collide with
+    chance ~n²/2^64.
+    """
+    import pandas as pd
+    n = len(rows)
+    hs = []
+    for c in names:
+        a = rows.columns[c]
+        if a.dtype.kind == "f":
+            a = np.where(np.isnan(a), np.nan, a + 0.0)
+        elif a.dtype.kind == "O":
+            na = pd.isna(a)
+            if na.any():
+                a = a.copy()
+                a[na] = None
+        elif a.dtype.kind not in "iub":
+            a = a.astype(object)
+        hs.append(pd.util.hash_array(a).view(np.int64))
+    return mix_rids(*hs) if hs else np.zeros(n, np.int64)
+
+
+_BEFORE_ALL = float(np.finfo(np.float64).min)    # `at` of a maintained relation's rows
+
+
+class _Relation:
+    """A multiset of rows maintained from +1/−1 changes, one vectorized merge per batch.
+
+    State: sorted int64 value keys (:func:`_row_keys`), a signed count per key and one
+    representative row (columns, ts, rid).  ``apply(ch)`` adds Σ sign per key; keys whose
+    count drops to 0 are dropped lazily (compaction when they are half the entries).  Memory
+    is O(distinct live rows), independent of how many changes were applied.
+    """
+
+    def __init__(self, names):
+        self.names = list(names)
+        self.keys = np.empty(0, np.int64)
+        self.count = np.empty(0, np.int64)
+        self.rows: Optional[Batch] = None
+        self.rid = np.empty(0, np.int64)
+
+    def apply(self, ch: Changes, keys: Optional[np.ndarray] = None) -> None:
+        if not len(ch):
+            return
+        k = _row_keys(ch.rows, self.names) if keys is None else keys
+        uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
+        delta = np.zeros(len(uk), np.int64)
+        np.add.at(delta, inv.ravel(), ch.sign.astype(np.int64))
+        pos = np.searchsorted(self.keys, uk)
+        found = pos < len(self.keys)
+        found[found] = self.keys[pos[found]] == uk[found]
+        if found.any():
+            self.count[pos[found]] += delta[found]
+        new = ~found & (delta != 0)
+        if new.any():
+            idx = first[new]
+            reps = ch.rows.take(idx)
+            keys2 = np.concatenate([self.keys, uk[new]])
+            o = np.argsort(keys2, kind="stable")        # two sorted runs: a linear merge
+            self.keys = keys2[o]
+            self.count = np.concatenate([self.count, delta[new]])[o]
+            self.rid = np.concatenate([self.rid, ch.rid[idx]])[o]
+            self.rows = (reps if self.rows is None else Batch.concat([self.rows, reps])).take(o)
+        dead = int((self.count == 0).sum())
+        if dead and dead * 2 >= len(self.count):
+            keep = self.count != 0
+            self.keys, self.count, self.rid = self.keys[keep], self.count[keep], self.rid[keep]
+            self.rows = self.rows.take(keep)
+
+    @property
+    def live_rows(self) -> int:
+        return int(self.count[self.count > 0].sum())
+
+    def __len__(self) -> int:           # entries held (memory), not the multiset size
+        return len(self.keys)
+
+    def as_changes(self, names) -> Changes:
+        """The relation as a change stream (one ±1 row per copy, ``at`` = the lowest float)."""
+        nz = np.flatnonzero(self.count)
+        if self.rows is None or not len(nz):
+            return Changes.empty(names)
+        c = self.count[nz]
+        idx = np.repeat(nz, np.abs(c))
+        sign = np.repeat(np.sign(c), np.abs(c)).astype(np.int8)
+        return Changes(self.rows.take(idx), sign, np.full(len(idx), _BEFORE_ALL), self.rid[idx])
+
+
+class PollResult(list):
+    """The change batches returned by :meth:`Query.poll` (a list), plus ``missed``: rows of the
+    query's view that left the retained change log before this consumer read them."""
+
+    missed: int = 0
+
+
 # ---------------------------------------------------------------------- queries
 class Query:
     """A registered continuous query: fed by the engine, read with ``results()`` / iteration.
 
     ``plan`` is the :class:`~sketchql.planner.plan.Plan`; ``operators()`` the
     plan nodes (each with ``stats()`` and ``knobs()``/``set_knob``).
+
+    Memory is bounded by the window state, not by the history.  The query keeps
+
+    * the *live relation* R(clock) = Σ of every change, maintained per step as a
+      multiset of rows (value key -> count, see :class:`_Relation`);
+    * a retained change log: the newest ``retain_changes`` rows (knob, default
+      100 000; ``None`` = unbounded) that are also no older than
+      ``clock − retain_seconds`` (knob, default ``None`` = no time bound);
+    * a checkpoint R_base = Σ of the evicted changes, and ``t_base`` = the latest
+      ``at`` among them.
+
+    ``snapshot(t)`` is exact for every t ≥ t_base: R(clock) for t ≥ the latest
+    change, else R_base + Σ{retained changes with at ≤ t}; an older t raises
+    :class:`HistoryUnavailable` (it names t_base).  ``changes()`` / ``results()``
+    cover the retained log; ``poll()`` returns every change exactly once unless
+    rows were evicted before it read them, which it reports in ``missed``.
+
+    >>> eng = Engine()
+    >>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
+    >>> q = eng.register("SELECT v FROM S [RANGE 5]")
+    >>> q.set_knob("retain_changes", 2)
+    >>> eng.push("S", {"ts": [1.0, 2.0, 3.0], "v": [1.0, 2.0, 3.0]})
+    >>> len(q.changes()), q.snapshot()["v"].tolist(), q.snapshot(2.0)["v"].tolist()
+    (2, [1.0, 2.0, 3.0], [1.0, 2.0])
+    >>> [len(b) for b in q.poll()], q.missed
+    ([2], 1)
     """
 
     def __init__(self, qid: int, sql: str, plan: Plan, seed: int):
@@ -258,9 +390,19 @@ class Query:
         self.bound = plan.bound
         self.clock = -np.inf
         self.names = plan.output_names
-        self._chunks: list[Changes] = []
-        self._consumed = 0
+        self._log: deque = deque()       # (first seq, Changes, row keys), oldest first
+        self._total = 0                  # change rows ever produced (= next seq)
+        self._first = 0                  # seq of the oldest retained row
+        self._consumed = 0               # poll cursor (a seq, always >= _first)
+        self._unreported = 0             # view rows the poll cursor lost, not reported yet
+        self.missed = 0                  # view rows poll() lost in total (fell behind the retention)
         self._cache = None
+        self._live = _Relation(self.names)     # R(clock): every change applied
+        self._base = _Relation(self.names)     # R_base: the evicted changes applied
+        self._base_at = -np.inf                # latest `at` among the evicted changes
+        self._last_at = -np.inf                # latest `at` of any change
+        self.retain_changes: Optional[int] = 100_000
+        self.retain_seconds: Optional[float] = None
         self._pending: dict[int, list] = {s.index: [] for s in self.bound.streams}
         self._rngs = {s.index: np.random.default_rng([seed, qid, s.index]) for s in self.bound.streams}
         self._scan = {n.source: n for n in plan.root.walk() if n.kind == "scan"}
@@ -294,7 +436,61 @@ class Query:
         self.clock = now
         self.steps += 1
         if out is not None and len(out):
-            self._chunks.append(out)
+            self._record(out)
+        self._trim()
+
+    # -- result history -------------------------------------------------------
+    def _record(self, out: Changes):
+        keys = _row_keys(out.rows, self.names)
+        self._live.apply(out, keys)
+        self._log.append((self._total, out, keys))
+        self._total += len(out)
+        self._last_at = max(self._last_at, float(out.at.max()))
+
+    def _trim(self):
+        """Evict the oldest changes beyond ``retain_changes`` rows / older than ``retain_seconds``."""
+        excess = 0
+        if self.retain_changes is not None:
+            excess = self._total - self._first - self.retain_changes
+        if self.retain_seconds is not None and np.isfinite(self.clock) and self._log:
+            horizon = self.clock - self.retain_seconds
+            old = 0
+            for _, ch, _ in self._log:
+                k = int(np.searchsorted(ch.at, horizon, side="left"))
+                old += k
+                if k < len(ch):
+                    break
+            excess = max(excess, old)
+        if excess > 0:
+            self._evict(excess)
+
+    def _evict(self, n: int):
+        view = self.view
+        while n > 0 and self._log:
+            first, ch, keys = self._log[0]
+            if len(ch) <= n:
+                part, pkeys = ch, keys
+                self._log.popleft()
+            else:
+                part, pkeys = ch.take(slice(0, n)), keys[:n]
+                self._log[0] = (first + n, ch.take(slice(n, None)), keys[n:])
+            m = len(part)
+            self._base.apply(part, pkeys)
+            self._base_at = max(self._base_at, float(part.at.max()))
+            end = first + m
+            if self._consumed < end:
+                lost = part.sign[self._consumed - first:]
+                self._unreported += (int((lost > 0).sum()) if view == "istream" else
+                                     int((lost < 0).sum()) if view == "dstream" else len(lost))
+                self._consumed = end
+            self._first = end
+            n -= m
+        self._cache = None
+
+    @property
+    def snapshot_from(self) -> float:
+        """The oldest time t for which ``snapshot(t)`` is still exact (−inf: nothing was evicted)."""
+        return self._base_at
 
     def _prepare(self, i: int, b: Batch) -> Optional[Batch]:
         node = self._scan[i]
@@ -325,11 +521,16 @@ class Query:
         return "relation" if self.bound.is_aggregate else "istream"
 
     def changes(self) -> Changes:
-        """The whole change stream so far (+1/−1 rows, ``at`` = time of the change)."""
-        if not self._chunks:
+        """The retained change stream (+1/−1 rows, ``at`` = time of the change).
+
+        All changes so far unless more than ``retain_changes`` rows (or changes older than
+        ``retain_seconds``) were produced: then the newest ones (see :attr:`snapshot_from`).
+        """
+        if not self._log:
             return Changes.empty(self.names)
-        if self._cache is None or self._cache[0] != len(self._chunks):
-            self._cache = (len(self._chunks), Changes.concat(self._chunks))
+        key = (self._first, self._total)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, Changes.concat([c for _, c, _ in self._log]))
         return self._cache[1]
 
     def _view(self, ch: Changes) -> Changes:
@@ -341,20 +542,48 @@ class Query:
         return ch
 
     def results(self):
-        """The answer so far in the query's view, as a DataFrame with ``__sign`` and ``__at``."""
+        """The (retained) answer in the query's view, as a DataFrame with ``__sign`` and ``__at``."""
         df = self._view(self.changes()).to_pandas()
         return df.drop(columns=["__rid", "__ts"], errors="ignore")
 
     def snapshot(self, t: Optional[float] = None):
-        """The result relation at time ``t`` (default: the query clock), a DataFrame."""
-        t = self.clock if t is None else float(t)
-        return snapshot(self.changes(), t, columns=self.names)
+        """The result relation at time ``t`` (default: the query clock), a DataFrame.
 
-    def poll(self) -> list:
-        """Batches of changes (in the query's view) produced since the last poll."""
-        new = self._chunks[self._consumed:]
-        self._consumed = len(self._chunks)
-        return [v for v in (self._view(c) for c in new) if len(v)]
+        Exact for any t >= :attr:`snapshot_from`; an older t raises :class:`HistoryUnavailable`.
+        """
+        t = self.clock if t is None else float(t)
+        if t >= self._last_at:
+            return snapshot(self._live.as_changes(self.names), t, columns=self.names)
+        if t >= self._base_at:
+            ch = self.changes()
+            ch = ch.take(ch.at <= t)
+            return snapshot(Changes.concat([self._base.as_changes(self.names), ch]), t, columns=self.names)
+        raise HistoryUnavailable(
+            f"query {self.id}: no snapshot at t={t:g}: older changes were dropped from the retained history "
+            f"(retain_changes={self.retain_changes}, retain_seconds={self.retain_seconds}); snapshots are "
+            f"available for t >= {self._base_at:g} (up to the clock {self.clock:g}); raise the retention "
+            f"with query.set_knob to keep more history")
+
+    def poll(self) -> "PollResult":
+        """Batches of changes (in the query's view) produced since the last poll.
+
+        Every change is returned exactly once while the caller keeps up with the retention;
+        the returned list's ``missed`` (and the running total ``query.missed``) counts the
+        view rows that were evicted before they could be polled.
+        """
+        out = PollResult()
+        for first, ch, _ in self._log:
+            if first + len(ch) <= self._consumed:
+                continue
+            part = ch if first >= self._consumed else ch.take(slice(self._consumed - first, None))
+            v = self._view(part)
+            if len(v):
+                out.append(v)
+        self._consumed = self._total
+        out.missed = self._unreported
+        self.missed += self._unreported
+        self._unreported = 0
+        return out
 
     def __iter__(self):
         return iter(self.poll())
@@ -364,9 +593,13 @@ class Query:
         return self.plan.nodes
 
     def stats(self) -> dict:
-        ch = self._chunks
         return {"query": self.id, "clock": self.clock, "engine": self.plan.engine, "steps": self.steps,
-                "changes_out": int(sum(len(c) for c in ch)),
+                "changes_out": self._total,
+                "retained_changes": self._total - self._first,
+                "live_rows": self._live.live_rows,
+                "checkpoint_rows": self._base.live_rows,
+                "snapshot_from": float(self._base_at) if np.isfinite(self._base_at) else None,
+                "poll_missed": self.missed,
                 "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b in parts)),
                 "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
                 "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs()}
@@ -374,7 +607,8 @@ class Query:
     def knobs(self) -> dict:
         ct = self.bound.contract
         return {"active": self.active, "budget": ct.budget, "budget_unit": ct.budget_unit,
-                "on_miss": ct.on_miss, "error": ct.error, "confidence": ct.confidence}
+                "on_miss": ct.on_miss, "error": ct.error, "confidence": ct.confidence,
+                "retain_changes": self.retain_changes, "retain_seconds": self.retain_seconds}
 
     def set_knob(self, name: str, value):
         ct = self.bound.contract
@@ -393,6 +627,20 @@ class Query:
             if value is not None and not 0 < float(value) < 1:
                 raise SketchQLError(f"query {self.id}: {name} must be in (0, 1), got {value}")
             setattr(ct, name, None if value is None else float(value))
+        elif name == "retain_changes":
+            v = None if value is None else float(value)
+            if v is not None and not (v >= 0 and (v == np.inf or v.is_integer())):
+                raise SketchQLError(f"query {self.id}: retain_changes must be a whole number >= 0 "
+                                    f"(or None: unbounded), got {value!r}")
+            self.retain_changes = None if v is None or v == np.inf else int(v)
+            self._trim()
+        elif name == "retain_seconds":
+            v = None if value is None else float(value)
+            if v is not None and not v >= 0:
+                raise SketchQLError(f"query {self.id}: retain_seconds must be >= 0 (or None: no time bound), "
+                                    f"got {value!r}")
+            self.retain_seconds = None if v is None or v == np.inf else v
+            self._trim()
         else:
             raise SketchQLError(f"query {self.id} has no knob {name!r} (knobs: {sorted(self.knobs())})")
 
