@@ -297,3 +297,21 @@ def test_arrow_ipc_batches_and_tables():
     assert r.status_code == 200 and r.json()["accepted"] == 2 and r.json()["clock"] is None
     r = c.post("/streams/T/batches", json={"rows": [{"k": 1, "name": 5}]})
     assert r.status_code == 400 and r.json()["error"]["column_name"] == "name"
+
+
+def test_reader_told_what_the_engine_dropped():
+    """When the engine's retained change log overflows between two reads, the
+    HTTP cursor reports the dropped rows as missed instead of losing them silently."""
+    c = client()
+    _setup(c)
+    qid = c.post("/queries", json={"sql": "SELECT A.k, A.ts FROM A [RANGE 5]"}).json()["id"]
+    q = c.app.state.sketchql.engine.queries[0]
+    q.set_knob("retain_changes", 10)
+    d = _data(5, 60)
+    r = c.post("/streams/A/batches", json={"rows": _rows(d)})
+    assert r.status_code == 200, r.text
+    body = c.get(f"/queries/{qid}/results?since=0&limit=1000").json()
+    # ISTREAM view: one + row per tuple entering the window; the engine kept only 10 changes
+    assert 0 < len(body["rows"]) <= 10
+    assert body["missed"] + len(body["rows"]) == len(d["ts"])
+    assert [r["row"]["ts"] for r in body["rows"]] == sorted(d["ts"])[-len(body["rows"]):]

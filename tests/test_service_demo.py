@@ -14,7 +14,7 @@ from test_service_helpers import TestClient, read_all  # noqa: F401  (TestClient
 from sketchql.service import create_app
 
 
-def _wait(pred, timeout=30.0, step=0.05):
+def _wait(pred, timeout=120.0, step=0.05):
     """Poll ``pred`` until true or the (generous) bound; returns its last value (no timing assertions)."""
     end = time.monotonic() + timeout
     while True:

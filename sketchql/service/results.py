@@ -93,6 +93,15 @@ class ResultLog:
                 self._chunks[0] = (start + excess, c.take(slice(excess, None)))
                 self.first = start + excess
 
+    def skip(self, n: int) -> None:
+        """Account for ``n`` rows the engine dropped before they were read (they
+        are newer than everything kept here, so the kept rows go too: the
+        sequence numbers stay contiguous and readers are told what they missed)."""
+        if n > 0:
+            self._chunks.clear()
+            self.total += int(n)
+            self.first = self.total
+
     @property
     def retained(self) -> int:
         return self.total - self.first

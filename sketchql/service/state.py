@@ -188,7 +188,9 @@ class ServiceState:
         log = self.logs.get(q.id)
         if log is None:
             log = self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
-        for ch in q.poll():
+        batches = q.poll()
+        log.skip(getattr(batches, "missed", 0))
+        for ch in batches:
             log.append(ch)
         return log
 
