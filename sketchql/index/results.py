@@ -102,7 +102,13 @@ class ScanResult:
 
 @dataclass
 class Matches:
-    """Matching tuples of a vectorized probe: ``probe[k]`` matched stored tuple k."""
+    """Matching tuples of a vectorized probe: ``probe[k]`` matched stored tuple k.
+
+    ``region[k]``: the input row (``scan_matching_many``) or region row
+    (``probe_regions``, ``probe_many``) of match k.  ``probe_many`` also fills
+    ``regions`` (the :class:`Regions` it probed) and ``visited`` (pyramid
+    nodes evaluated).
+    """
 
     probe: np.ndarray
     values: np.ndarray
@@ -110,6 +116,8 @@ class Matches:
     row_ids: np.ndarray
     work: int = 0
     region: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    regions: "Regions | None" = None
+    visited: int = 0
 
     def __len__(self):
         return len(self.row_ids)

@@ -33,6 +33,16 @@ cells *exactly from their tuples*; ``promising_regions`` pro-rates a
 partial cell's estimate by the share of its data time range inside the
 window.
 
+Query side: ``promising_regions`` and ``probe_many`` run on a cached
+*query view* (:mod:`sketchql.index.query`): every non-empty pyramid node of
+every granularity flattened into arrays (ranges, thresholds, ancestors, a
+CSR of the cells' tuples), with all pyramid tables bound into one shared
+buffer so a batch's estimates are one gather.  The view is rebuilt lazily
+after changes (per granularity), or patched when only G1's open zone
+received tuples.  Ingest hashes a batch once (:mod:`sketchql.index.hasher`)
+and updates the sketches of small batches sparsely (only the touched
+counters, with exact incremental row norms for the pruning thresholds).
+
 Late data: the clock is the largest timestamp (or heartbeat) seen.  A tuple
 with ``ts < clock - allowed_lateness`` (the clock including earlier tuples of
 the same batch) is rejected and counted with reason ``"late"``; one within
@@ -59,10 +69,12 @@ import numpy as np
 
 from ..errors import LateTupleError, SummaryError
 from ..summaries.countsketch import CountSketch
-from ..summaries.hashing import as_key_array, hash64
+from ..summaries.hashing import as_key_array
 from .change import zone_confidence
 from .declaration import IndexConfig, SummaryDeclaration
+from .hasher import CellHasher
 from .pyramid import Granularity
+from .query import GranPart, QueryView
 from .results import IngestReport, Matches, Regions, ScanResult, cell_handle, split_cell
 from .zone import Chunk, Zone
 
@@ -80,7 +92,8 @@ class StreamIndex:
     Ingest side: :meth:`ingest`, :meth:`advance`.  Query side:
     :meth:`estimate`, :meth:`error_bound`, :meth:`promising_regions`,
     :meth:`scan`, :meth:`scan_matching`, :meth:`scan_matching_many`,
-    :meth:`probe_regions`, :meth:`window_tuples`.  Management: :meth:`stats`,
+    :meth:`probe_regions`, :meth:`probe_many` (regions + matching of a probe
+    batch in one vectorized pass), :meth:`window_tuples`.  Management: :meth:`stats`,
     :attr:`nbytes`, :meth:`compress`, :meth:`to_bytes`/:meth:`from_bytes`,
     :meth:`merge`.
 
@@ -138,6 +151,13 @@ class StreamIndex:
         self._shape = (self._B, self._d, self._w) if self._sketch else None
         self._tmpl = CountSketch(self._d, self._w, cfg.seed) if self._sketch else None
         self._wdet = min(self._B * self._w, 1024)
+        self._hasher = CellHasher(self._tmpl, self._B, cfg.seed ^ _BUCKET_SALT)
+        self._roww = (np.arange(self._d, dtype=np.int64) * self._w)[:, None]
+        self._rowW = (np.arange(self._d, dtype=np.int64) * self._wdet)[:, None]
+        self._gbuf = None           # shared buffer holding every granularity's pyramid tables
+        self._goff = {}
+        self._parts = {}            # gi -> (key, GranPart)
+        self._qv = None             # (key, QueryView)
 
     # ------------------------------------------------------------------ helpers
     def _check_config(self):
@@ -149,16 +169,7 @@ class StreamIndex:
 
     def _hash(self, keys: np.ndarray):
         """(bucket (n,), idx (d, n) flat row*w+col, sgn (d, n)) of a key batch."""
-        n = len(keys)
-        if self._B > 1:
-            bucket = (hash64(keys, self.config.seed ^ _BUCKET_SALT) % np.uint64(self._B)).astype(np.int64)
-        else:
-            bucket = np.zeros(n, dtype=np.int64)
-        if self._sketch:
-            idx, sgn = self._tmpl.locate(keys)
-        else:
-            idx = sgn = None
-        return bucket, idx, sgn
+        return self._hasher(keys)
 
     def _delta(self, idx, sgn, bucket) -> np.ndarray:
         """(B, d, w) table of a batch: one bincount over (bucket, row, column)."""
@@ -185,6 +196,8 @@ class StreamIndex:
         self._next_zone += 1
         self._zones[z.id] = z
         self.grans[gi].slots[slot] = z
+        self.grans[gi].version += 1
+        self.grans[gi].sversion += 1
         self.counters["zones_started"] += 1
         if gi == 0 and self._adaptive:
             z.total = np.zeros((self._d, self._wdet))
@@ -209,8 +222,21 @@ class StreamIndex:
         if b <= a:
             return
         z.append(values[a:b], ts[a:b], rids[a:b], bucket[a:b])
+        g = self.grans[z.gran]
+        g.version += 1
+        if g.last_append != z.id:
+            g.last_append = z.id
+            g.append_switches += 1
         if self._sketch:
-            self.grans[z.gran].add(z.slot, self._delta(idx[:, a:b], sgn[:, a:b], bucket[a:b]))
+            B, d, w = self._shape
+            if 4 * (b - a) * d < B * d * w:
+                # small batch: touch only the counters it changes (and their row norms)
+                flat = (idx[:, a:b] + (bucket[a:b] * (d * w))[None, :]).ravel()
+                u, inv = np.unique(flat, return_inverse=True)
+                du = np.bincount(inv, weights=sgn[:, a:b].ravel(), minlength=len(u)).astype(np.int64)
+                g.add_sparse(z.slot, u, du)
+            else:
+                g.add(z.slot, self._delta(idx[:, a:b], sgn[:, a:b], bucket[a:b]))
 
     # ------------------------------------------------------------------ collapse
     def _collapse_due(self, k_now: int) -> int:
@@ -269,6 +295,8 @@ class StreamIndex:
                 self._alias[a] = z.id
             if self._sketch:
                 t.add(slot, g.levels[-1][0].copy())
+            t.version += 1
+            t.sversion += 1
         g.clear()
         if i == 0:
             self._g1_next_reason = None
@@ -438,13 +466,18 @@ class StreamIndex:
             nseg = len(ends)
             seg = np.repeat(np.arange(nseg, dtype=np.int64), lens)
             B, _, w = self._shape
-            det = (seg * (d * W))[None, :] + (idx[:, pos:lim] // w) * W + \
-                ((bucket[pos:lim] * w)[None, :] + idx[:, pos:lim] % w) % W
+            # detector column (bucket * w + col) mod W, row r, segment: one flat bincount index
+            det = idx[:, pos:lim] - self._roww                           # column in the row
+            det += (bucket[pos:lim] * w)[None, :]
+            if W & (W - 1) == 0:
+                det &= W - 1
+            else:
+                det %= W
+            det += self._rowW
+            det += (seg * (d * W))[None, :]
             S = np.bincount(det.ravel(), weights=sgn[:, pos:lim].ravel(),
                             minlength=nseg * d * W).reshape(nseg, d, W)
-            tcum = np.cumsum(S, axis=0)
-            tcum += z.total
-            R = S
+            R = S                      # R[s]: the recent window at check s; H[s]: the zone before it
             R[0] += z.pending
             npend = np.concatenate([[z.n_pending + lens[0]], lens[1:]])
             n_after = z.n_total + np.cumsum(lens)
@@ -452,12 +485,20 @@ class StreamIndex:
             valid = complete & (n_after - npend >= C)
             cut = nseg - 1
             found = False
+            H = None
             if valid.any():
-                H = tcum - R
+                # H[s] = (total - pending) + R[0] + ... + R[s-1]  (exact integers in float64)
+                H = np.empty_like(R)
+                np.subtract(z.total, z.pending, out=H[0])
+                for j in range(1, nseg):
+                    np.add(H[j - 1], R[j - 1], out=H[j])
+                last = H[-1] + R[-1]
                 ip = np.einsum("sij,sij->si", H, R)
                 f2h = np.einsum("sij,sij->si", H, H)
                 f2r = np.einsum("sij,sij->si", R, R)
-                f2t = f2h + 2 * ip + f2r
+                f2t = np.empty_like(f2h)         # F2 of the zone after check s = F2 of H[s + 1]
+                f2t[:-1] = f2h[1:]
+                f2t[-1] = np.einsum("ij,ij->i", last, last)
                 med = lambda x: np.sort(x, axis=1)[:, d // 2] if d % 2 else np.median(x, axis=1)
                 ipm, f2hm, f2rm, f2tm = med(ip), med(f2h), med(f2r), med(f2t)
                 nh = (n_after - npend).astype(np.float64)
@@ -474,7 +515,10 @@ class StreamIndex:
                     cut = int(hit[0])
                     found = True
                 z.last_confidence = float(conf[cut] if valid[cut] else conf[valid][-1])
-            z.total = tcum[cut].copy()
+            if H is not None:
+                z.total = H[cut] + R[cut]
+            else:
+                z.total = z.total + R.sum(axis=0) - z.pending
             z.n_total = int(n_after[cut])
             if complete[cut]:
                 z.pending = np.zeros((d, W))
@@ -581,9 +625,13 @@ class StreamIndex:
 
     @staticmethod
     def _window(n, t_from, t_to):
-        tf = np.broadcast_to(np.asarray(t_from, dtype=np.float64), (n,))
-        tt = np.broadcast_to(np.asarray(t_to, dtype=np.float64), (n,))
-        return tf, tt
+        out = []
+        for t in (t_from, t_to):
+            a = np.asarray(t, dtype=np.float64)
+            if a.shape != (n,):
+                a = np.broadcast_to(a, (n,))
+            out.append(a)
+        return out[0], out[1]
 
     def _keys(self, values, where):
         return as_key_array(values, f"StreamIndex {self.decl.name}.{where} values")
@@ -664,6 +712,193 @@ class StreamIndex:
         return out
 
     def promising_regions(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
+        """Promising regions of each probe value in the window (t_from, t_to] (columnar).
+
+        ``t_from``/``t_to`` are scalars or per-probe arrays.  For every
+        granularity the pyramid is descended from its root: at each node the
+        probe's estimate (median over rows of the node's summed sketch) is
+        compared with ``max(min_estimate, prune_sigma * sqrt(F2_node / w))``
+        (F2 of the node's bucket sketch); below it the whole subtree is pruned,
+        and nodes whose data range misses the window are skipped.  Each
+        estimate costs one work unit (``Regions.visited``); ``Regions.flat`` is
+        what evaluating every overlapping leaf cell would cost.  Leaf regions
+        carry the estimate pro-rated by the share of the cell's time range in
+        the window, and ``priority = estimate * fade ** (i - 1)``.  Rows are
+        ordered by (granularity, probe, zone slot).  Structure T1 has no
+        summaries: every overlapping cell is returned with its tuple count as
+        estimate.
+
+        The descent is evaluated on the cached :class:`~sketchql.index.query.QueryView`
+        (all levels of all granularities at once, see that module); the
+        result is identical to a level-by-level descent
+        (:meth:`_promising_regions_levelwise`).
+        """
+        if not self._sketch:
+            return self._promising_regions_levelwise(values, t_from, t_to, fade)
+        keys = self._keys(values, "promising_regions")
+        P = len(keys)
+        tf, tt = self._window(P, t_from, t_to)
+        bucket, idx, sgn = self._hash(keys) if P else (np.zeros(0, np.int64), None, None)
+        qv, p, k, est, visited, flat = self._leaf_pairs(bucket, idx, sgn, tf, tt)
+        reg = self._make_regions(qv, bucket, tf, tt, p, k, est, visited, flat, float(fade))
+        self.counters["nodes_visited"] += reg.visited
+        return reg
+
+    def _leaf_pairs(self, bucket, idx, sgn, tf, tt):
+        """Surviving (probe, view node) leaf pairs of a hashed probe batch, in
+        (granularity, probe, slot) order: (qv, p, k, est, visited, flat)."""
+        P = len(bucket)
+        qv = self._view()
+        B, d, w = self._shape
+        if P == 0 or qv.N == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return qv, z, z, np.zeros(0), 0, 0
+        idxb = idx + bucket * (d * w)
+        sflat = self._gbuf.reshape(-1)
+        step = max(1, (1 << 18) // max(qv.N * d, 1))
+        if P <= step:
+            p, k, est, visited, flat = qv.descend(sflat, bucket, idxb, sgn, tf, tt)
+        else:
+            ps, ks, ests, visited, flat = [], [], [], 0, 0
+            for s in range(0, P, step):
+                e = min(P, s + step)
+                p, k, est, v, f = qv.descend(sflat, bucket[s:e], idxb[:, s:e], sgn[:, s:e], tf[s:e], tt[s:e])
+                ps.append(p + s), ks.append(k), ests.append(est)
+                visited += v
+                flat += f
+            p, k, est = np.concatenate(ps), np.concatenate(ks), np.concatenate(ests)
+        if qv.multi and len(p) > 1:
+            gran = qv.gran[k]
+            if (gran[1:] < gran[:-1]).any():
+                o = gran.argsort(kind="stable")             # (granularity, probe, slot) order
+                p, k, est = p[o], k[o], est[o]
+        return qv, p, k, est, visited, flat
+
+    def _make_regions(self, qv, bucket, tf, tt, p, k, est, visited, flat, fade) -> Regions:
+        if len(p) == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return Regions(probe=z, cell=z.copy(), zone=z.copy(), bucket=z.copy(), granularity=z.copy(),
+                           estimate=np.zeros(0), priority=np.zeros(0), partial=np.zeros(0, dtype=bool),
+                           n_tuples=z.copy(), visited=int(visited), flat=int(flat))
+        b = bucket[p]
+        gran = qv.gran[k]
+        zlo, zhi, ptf, ptt = qv.lo[k], qv.hi[k], tf[p], tt[p]
+        full = (ptf < zlo) & (zhi <= ptt)
+        span = zhi - zlo
+        ov = np.minimum(zhi, ptt) - np.maximum(zlo, ptf)
+        frac = np.where(full | (span <= 0), 1.0, np.clip(ov / np.where(span > 0, span, 1.0), 0.0, 1.0))
+        est = est * frac
+        zone = qv.zid[k]
+        return Regions(probe=p, cell=cell_handle(zone, b), zone=zone, bucket=b, granularity=gran, estimate=est,
+                       priority=est * fade ** (gran - 1).astype(np.float64), partial=~full,
+                       n_tuples=qv.clen[k * self._B + b], visited=int(visited), flat=int(flat))
+
+    def _bind(self) -> None:
+        """Bind every granularity's pyramid tables into one shared buffer (rebuilt after a grow/compress)."""
+        if self._gbuf is not None and all(g.store.base is self._gbuf for g in self.grans):
+            return
+        total = sum(g.n_nodes for g in self.grans)
+        buf = np.zeros((total,) + tuple(self._shape), dtype=np.int64)
+        at = 0
+        for gi, g in enumerate(self.grans):
+            g.bind(buf[at:at + g.n_nodes])
+            self._goff[gi] = at
+            at += g.n_nodes
+        self._gbuf = buf
+
+    def _view(self) -> QueryView:
+        """The cached query view: unchanged, patched (only G1's open zone got tuples), or rebuilt
+        from per-granularity parts (only the granularities that changed are re-flattened)."""
+        self._bind()
+        knobs = (float(self.config.min_estimate), float(self.config.prune_sigma))
+        state = (knobs,) + tuple((g.version, self._goff[gi]) for gi, g in enumerate(self.grans))
+        qv = self._qv
+        if qv is not None:
+            if qv[0] == state:
+                return qv[1]
+            view = qv[1]
+            g1 = self.grans[0]
+            if (view.hot is not None and qv[0][0] == knobs and qv[0][2:] == state[2:]
+                    and qv[2] == (g1.sversion, g1.append_switches, self._goff[0]) and g1.last_append == view.hot.id):
+                view.patch(g1, *knobs)
+                self._parts.pop(0, None)          # the cached G1 part is stale now
+                self._qv = (state, view, qv[2])
+                return view
+        for gi, g in enumerate(self.grans):
+            key = (g.version, self._goff[gi], knobs)
+            c = self._parts.get(gi)
+            if c is None or c[0] != key:
+                c = (key, GranPart(g, gi, self._goff[gi], knobs[0], knobs[1], self._B, self._vdtype))
+                self._parts[gi] = c
+        B, d, w = self._shape
+        view = QueryView([self._parts[gi][1] for gi in range(len(self.grans))], self._B, B * d * w)
+        g1 = self.grans[0]
+        self._qv = (state, view, (g1.sversion, g1.append_switches, self._goff[0]))
+        return view
+
+    def probe_many(self, values, t_from, t_to, fade: float = 1.0, with_regions: bool = False) -> Matches:
+        """``probe_regions(promising_regions(values, t_from, t_to, fade), values, t_from, t_to)`` in one pass.
+
+        The same set of matches (and the same work counters) as the two
+        calls, but vectorized end to end: the pyramid descent of every probe
+        runs on the cached query view (see :mod:`sketchql.index.query`) and the
+        cells of the surviving regions are gathered from the view's CSR of
+        tuples with one ``np.repeat``/``cumsum``.  Matches come region by
+        region (``Matches.region`` is the row in ``promising_regions``' output,
+        ``Matches.probe`` the probe index), each region's tuples in cell order.
+        ``Matches.work`` = tuples compared, ``Matches.visited`` = pyramid nodes
+        evaluated (``Regions.visited``).  ``with_regions=True`` also fills
+        ``Matches.regions`` (the :class:`Regions` probed).  ``fade`` only
+        matters for those regions' priorities.
+
+        >>> import numpy as np
+        >>> decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+        >>> ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+        >>> _ = ix.ingest(np.array([1, 2, 1, 3]), np.array([1.0, 2.0, 3.0, 4.0]))
+        >>> m = ix.probe_many(np.array([1, 3]), 0.0, np.array([3.0, 4.0]))
+        >>> sorted(zip(m.probe.tolist(), m.row_ids.tolist()))
+        [(0, 0), (0, 2), (1, 3)]
+        """
+        if not self._sketch:
+            r = self.promising_regions(values, t_from, t_to, fade)
+            m = self.probe_regions(r, values, t_from, t_to)
+            m.visited = r.visited
+            m.regions = r if with_regions else None
+            return m
+        keys = self._keys(values, "probe_many")
+        P = len(keys)
+        tf, tt = self._window(P, t_from, t_to)
+        bucket, idx, sgn = self._hash(keys) if P else (np.zeros(0, np.int64), None, None)
+        qv, p, k, est, visited, flat = self._leaf_pairs(bucket, idx, sgn, tf, tt)
+        self.counters["nodes_visited"] += visited
+        regions = self._make_regions(qv, bucket, tf, tt, p, k, est, visited, flat, float(fade)) \
+            if with_regions else None
+        L = len(p)
+        if L == 0:
+            e = self._empty_scan()
+            z = np.zeros(0, np.int64)
+            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z, regions=regions,
+                           visited=visited)
+        cell = k * self._B + bucket[p]
+        ln = qv.clen[cell]
+        ends = ln.cumsum()
+        tot = int(ends[-1])
+        self.counters["tuples_compared"] += tot
+        # candidates: every tuple of every surviving cell; compare values first (full size),
+        # then the window only on the value matches
+        pos = (qv.cstart[cell] - ends + ln).repeat(ln)
+        pos += np.arange(tot)
+        sel = (qv.V[pos] == keys[p].repeat(ln)).nonzero()[0]
+        at = pos[sel]
+        rg = ends.searchsorted(sel, side="right")           # region row of each value match
+        pr = p[rg]
+        t = qv.T[at]
+        keep = ((t > tf[pr]) & (t <= tt[pr])).nonzero()[0]
+        at = at[keep]
+        return Matches(pr[keep], qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep], regions=regions,
+                       visited=visited)
+
+    def _promising_regions_levelwise(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
         """Promising regions of each probe value in the window (t_from, t_to] (columnar).
 
         ``t_from``/``t_to`` are scalars or per-probe arrays.  For every
@@ -913,11 +1148,8 @@ class StreamIndex:
         else:
             raise SummaryError("compress: unknown CountSketch column folding rule")
         for g in self.grans:
-            for l, lev in enumerate(g.levels):
-                g.levels[l] = fold(lev)
-            g.shape = (B, d, nw)
-            for dm in g._dirty:
-                dm[:] = True
+            g.set_store(fold(g.store))
+        self._gbuf = None
         for z in self._zones.values():      # change detection restarts in the current T4 zone
             if z.total is not None:
                 z.total = z.pending = None
@@ -1079,6 +1311,9 @@ class StreamIndex:
             self._ingest_inorder(v[order], t[order], r[order])
             self.clock = clock
         self._next_row = max(self._next_row, o._next_row)
+        for g in self.grans:
+            g.version += 1
+            g.sversion += 1
         for k in ("ingested", "rejected", "late", "before_history"):
             self.counters[k] += o.counters[k]
         return self

@@ -19,6 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 
+def _small(b: np.ndarray, n_buckets: int) -> np.ndarray:
+    """Bucket ids as uint16 when they fit (numpy sorts 16-bit keys stably by radix sort)."""
+    return b.astype(np.uint16) if n_buckets <= 1 << 16 else b
+
+
 class Chunk:
     __slots__ = ("values", "ts", "rids", "offsets")
 
@@ -33,7 +38,7 @@ class Chunk:
     def build(cls, values, ts, rids, buckets, n_buckets: int) -> "Chunk":
         if n_buckets == 1:
             return cls(values, ts, rids, np.array([0, len(rids)], dtype=np.int64))
-        order = np.argsort(buckets, kind="stable")
+        order = np.argsort(_small(buckets, n_buckets), kind="stable")     # radix sort for small B
         counts = np.bincount(buckets, minlength=n_buckets)
         off = np.zeros(n_buckets + 1, dtype=np.int64)
         np.cumsum(counts, out=off[1:])
@@ -51,6 +56,21 @@ class Chunk:
         if len(chunks) == 1 and not canonical:
             return chunks[0]
         nb = len(chunks[0].offsets) - 1
+        if not canonical:
+            # cell order = bucket, then chunk: gather each chunk's bucket slices (no sort)
+            offs = np.array([c.offsets for c in chunks])                 # (C, nb + 1)
+            sizes = offs[:, -1]
+            base = sizes.cumsum() - sizes
+            st = (offs[:, :-1] + base[:, None]).T.ravel()                  # (bucket, chunk) order
+            ln = (offs[:, 1:] - offs[:, :-1]).T.ravel()
+            tot = int(sizes.sum())
+            ends = ln.cumsum()
+            perm = (st - ends + ln).repeat(ln)
+            perm += np.arange(tot)
+            values = np.concatenate([c.values for c in chunks])[perm]
+            ts = np.concatenate([c.ts for c in chunks])[perm]
+            rids = np.concatenate([c.rids for c in chunks])[perm]
+            return cls(values, ts, rids, offs.sum(axis=0))
         values = np.concatenate([c.values for c in chunks])
         ts = np.concatenate([c.ts for c in chunks])
         rids = np.concatenate([c.rids for c in chunks])
