@@ -17,6 +17,7 @@ Importing this package does not import pyspark (only building does), so
 loading summaries works without Java.
 """
 from .build import BuildResult, CountSketchJob, build, build_countsketch
+from .index_job import IndexJob, build_index
 from .declaration import SummarySpec, parse_summary_declaration
 from .load import LoadedSummary, load_summary, read_summary
 from .partition import SparkInputError
@@ -25,7 +26,7 @@ from .store import (ByteStore, FsspecStore, LocalStore, StoreError, StorePublish
 from .streaming import SummaryMaintainer, maintain
 
 __all__ = [
-    "BuildResult", "CountSketchJob", "build", "build_countsketch",
+    "BuildResult", "CountSketchJob", "build", "build_countsketch", "IndexJob", "build_index",
     "SummarySpec", "parse_summary_declaration",
     "LoadedSummary", "load_summary", "read_summary",
     "SparkInputError",

@@ -1,0 +1,217 @@
+"""Build the :class:`~sketchql.index.StreamIndex` of a ``CREATE SUMMARY`` per partition.
+
+Each partition buffers its rows ``(value, ts, row_id)`` (nulls skipped and
+counted), puts them in ``(ts, row_id)`` order (a no-op check when the input is
+already time-ordered) and ingests them into a fresh index; partial indexes are
+merged with ``StreamIndex.merge`` in a tree.  With the default structure T3
+(fixed zones aligned to epoch multiples of T1 / g1_zones) the merged index is
+the index of all rows ingested in ``(ts, row_id)`` order in one process -- its
+count sketches byte-identical and its ``to_bytes()`` equal (the index's merge
+contract; it also holds for T4, by replaying G1).
+
+Row ids: a ``row_id_col`` of the input (integers, unique), or else generated
+by Spark's ``monotonically_increasing_id()`` (partition index << 33 + position:
+unique, deterministic for a given input partitioning).
+
+Memory: a partition's rows are buffered (24 bytes per row plus the key) before
+ingest; repartition huge inputs so partitions stay within executor memory.
+The merged index holds only the history the declaration covers (older tuples
+are dropped by COLLAPSE/expiry), so the driver receives bounded results.
+
+>>> # doctest: +SKIP
+>>> spec = parse_summary_declaration("CREATE SUMMARY s ON ev (item) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)")
+>>> res = build_index(spark.read.parquet("events/"), spec, "ts")
+>>> res.summary.estimate(np.array([42]), 0.0, 100.0)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import SummaryError
+from .build import _KEY_TYPES, _TS_TYPES, BuildResult, build, resolve_column
+from .declaration import SummarySpec, parse_summary_declaration
+from .partition import SparkInputError, _partial_row, key_array, seconds_array
+
+_RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
+ROW_ID = "__sketchql_row_id"
+
+
+def _index_api():
+    from ..index import IndexConfig, StreamIndex, SummaryDeclaration  # the index room (below spark)
+
+    return IndexConfig, StreamIndex, SummaryDeclaration
+
+
+def make_declaration(spec: SummarySpec):
+    _, _, SummaryDeclaration = _index_api()
+    return SummaryDeclaration(spec.name, spec.stream, spec.attr, granularity=spec.granularity,
+                              rate=spec.rate, depth=spec.depth)
+
+
+def default_config(**overrides):
+    IndexConfig, _, _ = _index_api()
+    return IndexConfig(**{"structure": "T3", **overrides})
+
+
+class IndexBuilder:
+    """Per-partition builder: buffer, order by (ts, row id), ingest (usable without Spark)."""
+
+    def __init__(self, decl_dict: dict, config_dict: dict, key: str, ts: str, rid: str):
+        self.decl_dict, self.config_dict = decl_dict, config_dict
+        self.key, self.ts, self.rid = key, ts, rid
+        self.vals: list[np.ndarray] = []
+        self.tss: list[np.ndarray] = []
+        self.rids: list[np.ndarray] = []
+        self.null_keys = 0
+        self.null_ts = 0
+
+    def add_batch(self, batch) -> None:
+        names = batch.schema.names
+        for c in (self.key, self.ts, self.rid):
+            if c not in names:
+                raise SparkInputError(f"column {c!r} not in batch (has {names})")
+        v, vok = key_array(batch.column(self.key))
+        t, tok = seconds_array(batch.column(self.ts))
+        r = np.asarray(batch.column(self.rid).fill_null(-1)).astype(np.int64, copy=False)
+        ok = None
+        if vok is not None:
+            self.null_keys += int(len(v) - vok.sum())
+            ok = vok
+        if tok is not None:
+            # a row with a null key is counted once, as a null key
+            self.null_ts += int((~tok if ok is None else (ok & ~tok)).sum())
+            ok = tok if ok is None else ok & tok
+        if ok is not None:
+            v, t, r = v[ok], t[ok], r[ok]
+        if len(v):
+            self.vals.append(v)
+            self.tss.append(t)
+            self.rids.append(r)
+
+    def index(self):
+        IndexConfig, StreamIndex, SummaryDeclaration = _index_api()
+        ix = StreamIndex(SummaryDeclaration(**self.decl_dict), IndexConfig.from_dict(self.config_dict))
+        if not self.vals:
+            return ix, 0, math.nan, math.nan
+        v = np.concatenate(self.vals)
+        t = np.concatenate(self.tss)
+        r = np.concatenate(self.rids)
+        self.vals, self.tss, self.rids = [], [], []
+        if len(t) > 1 and not _ordered(t, r):
+            order = np.lexsort((r, t))
+            v, t, r = v[order], t[order], r[order]
+        try:
+            rep = ix.ingest(v, t, r)
+        except SummaryError as exc:
+            raise SparkInputError(f"summary {self.decl_dict['name']}: {exc}") from None
+        if rep.rejected:
+            raise SparkInputError(f"summary {self.decl_dict['name']}: {rep.rejected} tuples rejected "
+                                  f"({rep.reasons}) although the partition was time-ordered")
+        return ix, len(v), float(t[0]), float(t[-1])
+
+    def partial(self):
+        ix, rows, lo, hi = self.index()
+        return _partial_row(ix.to_bytes(), rows, self.null_keys, self.null_ts, lo, hi)
+
+
+def _ordered(t: np.ndarray, r: np.ndarray) -> bool:
+    dt = np.diff(t)
+    if (dt < 0).any():
+        return False
+    tie = dt == 0
+    return not tie.any() or bool((r[1:][tie] > r[:-1][tie]).all())
+
+
+def index_mapper(decl_dict, config_dict, key, ts, rid):
+    def build_partition(batches):
+        b = IndexBuilder(decl_dict, config_dict, key, ts, rid)
+        for batch in batches:
+            b.add_batch(batch)
+        yield b.partial()
+
+    return build_partition
+
+
+def merge_index_payloads(a: bytes, b: bytes) -> bytes:
+    _, StreamIndex, _ = _index_api()
+    return StreamIndex.from_bytes(a).merge(StreamIndex.from_bytes(b)).to_bytes()
+
+
+class IndexJob:
+    """Build the StreamIndex of a CREATE SUMMARY (see module docstring)."""
+
+    kind = "index"
+
+    def __init__(self, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
+                 name: str | None = None, **config_overrides):
+        if isinstance(spec, str):
+            spec = parse_summary_declaration(spec)
+        self.spec = spec
+        self.decl = make_declaration(spec)
+        if config is None:
+            config = default_config(**{k: v for k, v in config_overrides.items() if v is not None})
+        self.config = config.validate(self.decl)
+        self.key, self.ts_col, self.row_id_col = spec.attr, timestamp_col, row_id_col
+        self.name = name or spec.name
+        self.row_id_base = 0  # added to generated row ids (streaming: ids continue across micro-batches)
+
+    def before_batch(self, current) -> None:
+        """Streaming hook: generated row ids of the next micro-batch start after the
+        published index's (deterministic, since the published state is exactly once)."""
+        if current is not None and not self.row_id_col:
+            self.row_id_base = int(getattr(current, "next_row", None) or getattr(current, "_next_row", 0))
+
+    def prepare(self, df):
+        self.key = resolve_column(df, self.key, "key", _KEY_TYPES)
+        self.ts_col = resolve_column(df, self.ts_col, "timestamp", _TS_TYPES)
+        if self.row_id_col:
+            self.row_id_col = resolve_column(df, self.row_id_col, "row id", _RID_TYPES)
+            return df.select(self.key, self.ts_col, self.row_id_col)
+        from pyspark.sql import functions as F
+
+        rid = F.monotonically_increasing_id()
+        if self.row_id_base:
+            rid = rid + F.lit(self.row_id_base)
+        return df.select(self.key, self.ts_col, rid.alias(ROW_ID))
+
+    def mapper(self):
+        return index_mapper(self.decl.to_dict(), self.config.to_dict(), self.key, self.ts_col,
+                            self.row_id_col or ROW_ID)
+
+    merge_payload = staticmethod(merge_index_payloads)
+
+    def empty(self):
+        _, StreamIndex, _ = _index_api()
+        return StreamIndex(self.decl, self.config)
+
+    def decode(self, payload: bytes):
+        _, StreamIndex, _ = _index_api()
+        return StreamIndex.from_bytes(bytes(payload))
+
+    def merge(self, a, b):
+        return a.merge(b)
+
+    def meta(self) -> dict:
+        return {"name": self.name, "column": self.key, "timestamp_col": self.ts_col,
+                "row_id_col": self.row_id_col, "declaration": self.spec.to_dict(),
+                "index_config": self.config.to_dict()}
+
+
+def build_index(df, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
+                tree_depth: int = 2) -> BuildResult:
+    """The StreamIndex of ``spec`` (a SummarySpec or the CREATE SUMMARY text) over ``df``."""
+    return build(df, IndexJob(spec, timestamp_col, row_id_col, config), tree_depth)
+
+
+def index_estimate(ix, values, t_from=None, t_to=None) -> list[dict]:
+    """Estimates from a loaded index over ``(t_from, t_to]`` (default: all it holds)."""
+    tf = -math.inf if t_from is None else float(t_from)
+    tt = math.inf if t_to is None else float(t_to)
+    out = []
+    for v in values:  # one at a time: a mix of numbers and strings must not become all strings
+        arr = np.asarray([v])
+        out.append({"value": v, "estimate": float(ix.estimate(arr, tf, tt)[0]),
+                    "bound": float(ix.error_bound(arr, tf, tt, 0.95)[0])})
+    return out
