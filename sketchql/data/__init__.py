@@ -19,10 +19,11 @@ from .generator import (
     generate_stores,
     interleave,
     expected_selectivity,
+    make_range_queries,
 )
-from .oracle import window_match_counts, join_selectivity, exact_join_pairs
+from .oracle import window_match_counts, window_value_counts, join_selectivity, exact_join_pairs
 
 __all__ = [
-    "StoreStream", "Arrivals", "generate_stores", "interleave", "expected_selectivity",
-    "window_match_counts", "join_selectivity", "exact_join_pairs",
+    "StoreStream", "Arrivals", "generate_stores", "interleave", "expected_selectivity", "make_range_queries",
+    "window_match_counts", "window_value_counts", "join_selectivity", "exact_join_pairs",
 ]

@@ -1,0 +1,344 @@
+"""Promising-tuple operators vs their baselines: paper Figures 11-16.
+
+    .venv/bin/python benchmarks/bench_promising.py [--quick] [--source index|mini]
+
+Setting (ali-aref-eltabakh-promising-tuples section 5, reference cases.md):
+two store streams from ``sketchql.data.generate_stores`` (Zipf item
+popularity drifting every 30 s, exponential inter-arrivals, join selectivity
+~6.7 % -- generator defaults, not tuned here), one-minute sliding window and
+whole-stream window, fade factor 0.8.
+
+Budget (fixed, the same for every operator and rate): every arrival brings
+``BENCH_UNITS_PER_SECOND`` (2000) work units per second of the gap that
+follows it (``WorkBudget(units_per_second=2000)``), i.e. the inter-arrival
+time *is* the budget, priced by ``sketchql.operators.promising.costs``
+(insert 1, probe 1, compare 1, summary node 0.1).  The baselines get a
+bounded input backlog equal to one replay tick's budget (``2000 * 0.25``
+units, the latency the PT operators have from processing a tick's arrivals
+together); the join table also shows SIMPLE-SHJ without a backlog (drop
+whatever arrives while busy).
+
+Figures:
+* 11: % of the exact join output, one-minute window (desc);
+* 12: whole-stream window: % output and freshness |ts1 - ts2| (desc);
+* 13: weighted: % output and Hist-MSE (k = 100);
+* 14: asc: % output and share of outliers (windowed, tuple-weighted
+  definition of ``sketchql.approx.metrics``; the global per-value share is
+  printed too);
+* 15: 100 selections of selectivity U(5 %, 10 %): mean % of each query's
+  exact output vs inter-arrival; then 20-200 concurrent queries at 100 ms and
+  at 10 ms;
+* 16: AVG and SUM over those selections (window 60 s, answers every 5 s):
+  MSE vs the exact aggregate, PT vs per-query aggregation.
+
+Join metrics are scored on the whole run; ``--steady`` scores only the
+pairs whose later member arrives after the first full window (whole-stream
+window: after the first 10 s), in the exact and the produced answers alike.
+
+Prints one table per figure, saves PNGs to ``benchmarks/out/`` and ends with
+the key=value summary line.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from sketchql.approx import BENCH_UNITS_PER_SECOND, WorkBudget, evaluate_join, mse, replay  # noqa: E402
+from sketchql.data import generate_stores, interleave, make_range_queries  # noqa: E402
+from sketchql.operators.promising import (  # noqa: E402
+    PerQueryAggregate, PTAggregate, PTJoin, PTJoinGroup, PTSelection, SimpleSelection, SimpleSHJ,
+)
+
+TICK = 0.25
+FADE = 0.8
+#: Hist-MSE differences below this are noise (a uniform sample of 10^4 pairs
+#: already scores ~1e-4); ratios are (pt + eps) / (shj + eps).
+HM_EPS = 1e-6
+#: whole-stream window: metrics count the pairs completed after this many seconds
+STEADY = 10.0
+
+
+def _fmt(v, nd=2):
+    if isinstance(v, str):
+        return v
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "nan"
+    if abs(v) >= 1e4 or (0 < abs(v) < 0.1):
+        return f"{v:.3g}"
+    return f"{v:.{nd}f}"
+
+
+def table(title, header, rows):
+    print()
+    print(title)
+    widths = [max(len(str(h)), *(len(_fmt(r[i])) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(str(h).rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        print("  ".join(_fmt(v).rjust(w) for v, w in zip(r, widths)))
+
+
+# ---------------------------------------------------------------- joins
+def run_join(lam, window, duration, ups, source, seed=1, steady=False):
+    arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
+    qs = [PTJoin(window=window, preference=p, fade=FADE, source=source, name=p, seed=seed)
+          for p in ("desc", "weighted", "asc")]
+    ops = {"pt": PTJoinGroup(qs, cpu="separate"),
+           "shj": SimpleSHJ(window=window, max_backlog=ups * TICK, name="shj"),
+           "shj0": SimpleSHJ(window=window, max_backlog=0.0, name="shj_nobuf"),
+           "shj64": SimpleSHJ(window=window, max_backlog=ups * TICK, n_buckets=64, name="shj64")}
+    t0 = time.perf_counter()
+    replay(arr, ops, WorkBudget(units_per_second=ups), tick_seconds=TICK)
+    dt = time.perf_counter() - t0
+    # invented / duplicate pairs are checked on the whole output ...
+    for op in [*qs, ops["shj"], ops["shj0"], ops["shj64"]]:
+        chk = evaluate_join(arr, window, *op.pairs())
+        if chk["invalid"] or chk["duplicates"]:
+            raise AssertionError(f"{op.name}: invalid/duplicate join output: {chk}")
+    # ... the metrics on the steady state (pairs completed after the first
+    # window; whole-stream window: after the first STEADY seconds)
+    t_from = float(arr.ts[0]) + (window if math.isfinite(window) else STEADY) if steady else None
+    res = {q.name: evaluate_join(arr, window, *q.pairs(), t_from=t_from) for q in qs}
+    res["shj"] = evaluate_join(arr, window, *ops["shj"].pairs(), t_from=t_from)
+    res["shj0"] = evaluate_join(arr, window, *ops["shj0"].pairs(), t_from=t_from)
+    res["shj64"] = evaluate_join(arr, window, *ops["shj64"].pairs(), t_from=t_from)
+    res["_seconds"] = dt
+    res["_n"] = len(arr)
+    return res
+
+
+def run_join_seeds(lam, window, duration, ups, source, seeds, steady=False):
+    """``run_join`` averaged (metric by metric) over the data seeds."""
+    runs = [run_join(lam, window, duration, ups, source, seed=s, steady=steady) for s in seeds]
+    out = {}
+    for k, v in runs[0].items():
+        if isinstance(v, dict):
+            out[k] = {m: float(np.mean([r[k][m] for r in runs])) for m in v}
+        else:
+            out[k] = float(np.sum([r[k] for r in runs]))
+    return out
+
+
+# ---------------------------------------------------------------- selections
+def run_selection(lam, n_queries, duration, ups, seed=3):
+    arr = interleave(generate_stores(1, duration=duration, mean_interarrival=lam, seed=seed))
+    qs = make_range_queries(arr.item, n_queries, seed=seed)
+    pt = PTSelection(qs, domain=(1, int(arr.item.max())), bank=ups * TICK)
+    sb = SimpleSelection(qs, max_backlog=ups * TICK)
+    replay(arr, {"pt": pt, "sb": sb}, WorkBudget(units_per_second=ups), tick_seconds=TICK)
+    ex = [int(((arr.item >= lo) & (arr.item <= hi)).sum()) for lo, hi in qs]
+    out = {}
+    for name, op in (("pt", pt), ("simple", sb)):
+        rs = op.results()
+        if any(len(r) != len(np.unique(r)) for r in rs):
+            raise AssertionError(f"{name}: duplicate selection output")
+        out[name] = 100.0 * float(np.mean([len(r) / e for r, e in zip(rs, ex) if e]))
+    return out
+
+
+# ---------------------------------------------------------------- aggregates
+def run_aggregate(lam, func, duration, ups, window=60.0, every=5.0, n_queries=100, seed=3):
+    arr = interleave(generate_stores(1, duration=duration, mean_interarrival=lam, seed=seed))
+    qs = make_range_queries(arr.item, n_queries, seed=seed)
+    pt = PTAggregate(qs, func=func, window=window, domain=(1, int(arr.item.max())), bank=ups * TICK)
+    bl = PerQueryAggregate(qs, func=func, window=window, max_backlog=ups * TICK)
+    rec = []
+    nxt = [arr.ts[0] + window]
+
+    def cb(now):
+        if now >= nxt[0]:
+            nxt[0] += every
+            sel = (arr.ts <= now) & (arr.ts > now - window)
+            ex = []
+            for lo, hi in qs:
+                v = arr.price[sel & (arr.item >= lo) & (arr.item <= hi)]
+                ex.append(v.mean() if (func == "avg" and len(v)) else (v.sum() if func == "sum" else np.nan))
+            e, er = pt.answers(now)
+            rec.append((e, er, bl.answers(now), np.array(ex)))
+
+    replay(arr, {"pt": pt, "bl": bl}, WorkBudget(units_per_second=ups), tick_seconds=TICK, callback=cb)
+    P, E, B, X = (np.concatenate([r[i] for r in rec]) for i in range(4))
+    ok = np.isfinite(X) & np.isfinite(B)
+    m_pt, m_bl = mse(P[ok], X[ok]), mse(B[ok], X[ok])
+    eps = 1e-12 * float(np.mean(X[ok] ** 2))  # floating-point floor: both exact -> ratio 1
+    cover = float(np.mean(np.abs(P[ok] - X[ok]) <= E[ok] + 1e-9))
+    return {"mse_pt": m_pt, "mse_bl": m_bl, "ratio": (m_pt + eps) / (m_bl + eps), "cover": cover}
+
+
+def plot(path, title, xlabel, series, ylabel, logy=False):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # pragma: no cover - matplotlib missing
+        return
+    if isinstance(ylabel, str):
+        series, ylabel = [series], [ylabel]
+    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.6))
+    axes = np.atleast_1d(axes)
+    for ax, ser, yl in zip(axes, series, ylabel):
+        for name, (xs, ys) in ser.items():
+            ax.plot(xs, ys, marker="o", label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(yl)
+        if logy:
+            ax.set_yscale("symlog", linthresh=1e-6)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rates, shorter streams (< 1 minute)")
+    ap.add_argument("--source", default="index", choices=["index", "mini"], help="PT-Join region index")
+    ap.add_argument("--ups", type=float, default=BENCH_UNITS_PER_SECOND, help="work units per second")
+    ap.add_argument("--only", default="join,selection,aggregates",
+                    help="comma list of figure groups: join (11-14), selection (15), aggregates (16)")
+    ap.add_argument("--steady", action="store_true",
+                    help="score the joins on the steady state only (pairs completed after the first window)")
+    ap.add_argument("--seeds", type=int, default=1, help="data seeds averaged in the join figures")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    ups = args.ups
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    t_start = time.perf_counter()
+    if args.quick:
+        rates = [10, 20, 50, 100]
+        join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 70.0, 40.0, [10, 50, 100], 25.0, \
+            [20, 100, 200], [10, 100], 62.0
+    else:
+        rates = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+        join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 180.0, 180.0, rates, 120.0, \
+            [20, 40, 60, 80, 100, 120, 140, 160, 180, 200], rates, 150.0
+    print(f"# bench_promising: units/second={ups:g} tick={TICK}s fade={FADE} source={args.source} "
+          f"quick={args.quick}")
+
+    J, SQ, A = {}, {}, {}
+    if "join" in only:
+        for window in (60.0, math.inf):
+            for ms in rates:
+                J[(window, ms)] = run_join_seeds(ms / 1000.0, window, join_dur if math.isfinite(window) else whole_dur,
+                                                 ups, args.source, range(1, args.seeds + 1), args.steady)
+        for window, label in ((60.0, "one-minute window"), (math.inf, "whole-stream window")):
+            rows = []
+            for ms in rates:
+                r = J[(window, ms)]
+                rows.append([ms, r["desc"]["n_exact"], r["shj"]["pct_output"], r["shj0"]["pct_output"],
+                             r["shj64"]["pct_output"], r["desc"]["pct_output"],
+                             r["desc"]["pct_output"] / max(r["shj"]["pct_output"], 1e-9),
+                             r["desc"]["pct_output"] / max(r["shj0"]["pct_output"], 1e-9),
+                             r["shj"]["freshness"], r["desc"]["freshness"], r["_seconds"]])
+            table(f"Figures 11/12 -- desc PT-Join vs SIMPLE-SHJ, {label} (% of exact output, freshness s)",
+                  ["ms", "exact", "shj%", "shj_nobuf%", "shj64%", "pt_desc%", "ratio", "ratio_nobuf", "shj_fresh",
+                   "pt_fresh", "sec"], rows)
+        rows = []
+        for window in (60.0, math.inf):
+            for ms in rates:
+                r = J[(window, ms)]
+                rows.append(["60s" if math.isfinite(window) else "whole", ms, r["shj"]["pct_output"],
+                             r["weighted"]["pct_output"], r["shj"]["hist_mse"], r["shj0"]["hist_mse"],
+                             r["weighted"]["hist_mse"], r["desc"]["hist_mse"],
+                             (r["weighted"]["hist_mse"] + HM_EPS) / (r["shj"]["hist_mse"] + HM_EPS)])
+        table("Figure 13 -- weighted PT-Join vs SIMPLE-SHJ (Hist-MSE, k = 100; desc shown for contrast)",
+              ["window", "ms", "shj%", "pt_w%", "shj_hmse", "shj_nobuf_hmse", "pt_w_hmse", "pt_desc_hmse", "ratio"], rows)
+        rows = []
+        for window in (60.0, math.inf):
+            for ms in rates:
+                r = J[(window, ms)]
+                rows.append(["60s" if math.isfinite(window) else "whole", ms, r["shj"]["pct_output"],
+                             r["asc"]["pct_output"], r["shj"]["outlier_precision"], r["asc"]["outlier_precision"],
+                             r["asc"]["outlier_base_rate"], r["shj"]["outlier_precision_global"],
+                             r["asc"]["outlier_precision_global"]])
+        table("Figure 14 -- asc PT-Join: share of outliers in the output (windowed tuple-weighted; global per value)",
+              ["window", "ms", "shj%", "pt_asc%", "shj_outl", "asc_outl", "base", "shj_glob", "asc_glob"], rows)
+        for window, tag in ((60.0, "60s"), (math.inf, "whole")):
+            plot(os.path.join(args.out, f"fig11_12_join_{tag}.png"), f"PT-Join desc vs SIMPLE-SHJ ({tag} window)",
+                 "avg inter-arrival (ms)",
+                 [{"SIMPLE-SHJ": (rates, [J[(window, m)]["shj"]["pct_output"] for m in rates]),
+                   "SIMPLE-SHJ no buffer": (rates, [J[(window, m)]["shj0"]["pct_output"] for m in rates]),
+                   "PT-Join desc": (rates, [J[(window, m)]["desc"]["pct_output"] for m in rates])},
+                  {"SIMPLE-SHJ": (rates, [J[(window, m)]["shj"]["freshness"] for m in rates]),
+                   "PT-Join desc": (rates, [J[(window, m)]["desc"]["freshness"] for m in rates])}],
+                 ["% of output tuples", "|ts1 - ts2| (s)"])
+        plot(os.path.join(args.out, "fig13_weighted.png"), "PT-Join weighted vs SIMPLE-SHJ (60 s window)",
+             "avg inter-arrival (ms)",
+             [{"SIMPLE-SHJ": (rates, [J[(60.0, m)]["shj"]["pct_output"] for m in rates]),
+               "PT-Join weighted": (rates, [J[(60.0, m)]["weighted"]["pct_output"] for m in rates])},
+              {"SIMPLE-SHJ": (rates, [J[(60.0, m)]["shj"]["hist_mse"] for m in rates]),
+               "PT-Join weighted": (rates, [J[(60.0, m)]["weighted"]["hist_mse"] for m in rates])}],
+             ["% of output tuples", "Hist-MSE"])
+        plot(os.path.join(args.out, "fig14_asc.png"), "PT-Join asc vs SIMPLE-SHJ (60 s window)", "avg inter-arrival (ms)",
+             [{"SIMPLE-SHJ": (rates, [J[(60.0, m)]["shj"]["pct_output"] for m in rates]),
+               "PT-Join asc": (rates, [J[(60.0, m)]["asc"]["pct_output"] for m in rates])},
+              {"SIMPLE-SHJ": (rates, [100 * J[(60.0, m)]["shj"]["outlier_precision"] for m in rates]),
+               "PT-Join asc": (rates, [100 * J[(60.0, m)]["asc"]["outlier_precision"] for m in rates])}],
+             ["% of output tuples", "% of outliers in output"])
+
+    if "selection" in only:
+        S = {ms: run_selection(ms / 1000.0, 100, sel_dur, ups) for ms in sel_rates}
+        table("Figure 15a -- 100 selections (selectivity 5-10 %): mean % of each query's output",
+              ["ms", "simple%", "pt%", "gain"], [[ms, S[ms]["simple"], S[ms]["pt"], S[ms]["pt"] / max(S[ms]["simple"], 1e-9)]
+                                                for ms in sel_rates])
+        for ms in (100, 10):
+            for q in qcounts:
+                SQ[(ms, q)] = S[ms] if (q == 100 and ms in S) else run_selection(ms / 1000.0, q, sel_dur, ups)
+        table("Figure 15b -- concurrent selections (mean % of output) at 100 ms and 10 ms",
+              ["queries", "simple%@100", "pt%@100", "simple%@10", "pt%@10"],
+              [[q, SQ[(100, q)]["simple"], SQ[(100, q)]["pt"], SQ[(10, q)]["simple"], SQ[(10, q)]["pt"]] for q in qcounts])
+        plot(os.path.join(args.out, "fig15_selection.png"), "PT-Selection vs SIMPLE-Selection", "",
+             [{"SIMPLE-Selection": (sel_rates, [S[m]["simple"] for m in sel_rates]),
+               "PT-Selection": (sel_rates, [S[m]["pt"] for m in sel_rates])},
+              {"SIMPLE @100ms": (qcounts, [SQ[(100, q)]["simple"] for q in qcounts]),
+               "PT @100ms": (qcounts, [SQ[(100, q)]["pt"] for q in qcounts]),
+               "SIMPLE @10ms": (qcounts, [SQ[(10, q)]["simple"] for q in qcounts]),
+               "PT @10ms": (qcounts, [SQ[(10, q)]["pt"] for q in qcounts])}],
+             ["% of output (x: avg inter-arrival ms)", "% of output (x: concurrent queries)"])
+
+    if "aggregates" in only:
+        A = {(f, ms): run_aggregate(ms / 1000.0, f, agg_dur, ups) for f in ("avg", "sum") for ms in agg_rates}
+        table("Figure 16 -- AVG and SUM over 100 selections: MSE vs exact (and share of PT answers within their error)",
+              ["ms", "avg_mse_base", "avg_mse_pt", "avg_cover", "sum_mse_base", "sum_mse_pt", "sum_cover"],
+              [[ms, A[("avg", ms)]["mse_bl"], A[("avg", ms)]["mse_pt"], A[("avg", ms)]["cover"],
+                A[("sum", ms)]["mse_bl"], A[("sum", ms)]["mse_pt"], A[("sum", ms)]["cover"]] for ms in agg_rates])
+        plot(os.path.join(args.out, "fig16_aggregates.png"), "PT-Aggregates vs per-query aggregation",
+             "avg inter-arrival (ms)",
+             [{"per-query": (agg_rates, [A[("avg", m)]["mse_bl"] for m in agg_rates]),
+               "PT": (agg_rates, [A[("avg", m)]["mse_pt"] for m in agg_rates])},
+              {"per-query": (agg_rates, [A[("sum", m)]["mse_bl"] for m in agg_rates]),
+               "PT": (agg_rates, [A[("sum", m)]["mse_pt"] for m in agg_rates])}],
+             ["AVG MSE", "SUM MSE"], logy=True)
+
+    # ---------------- summary
+    nan = float("nan")
+    if J:
+        r10 = J[(60.0, rates[0])]
+        desc_ratio = r10["desc"]["pct_output"] / max(r10["shj"]["pct_output"], 1e-9)
+        hm = [((J[(60.0, m)]["weighted"]["hist_mse"] + HM_EPS) / (J[(60.0, m)]["shj"]["hist_mse"] + HM_EPS), m)
+              for m in rates]
+        worst = max(hm)
+        asc_prec = float(np.nanmean([J[(60.0, m)]["asc"]["outlier_precision"] for m in rates]))
+    else:
+        desc_ratio, worst, asc_prec = nan, (nan, "-"), nan
+    sel_gain = SQ[(100, 100)]["pt"] / max(SQ[(100, 100)]["simple"], 1e-9) if SQ else nan
+    agg_max = max(v["ratio"] for v in A.values()) if A else nan
+    print(f"\n# total {time.perf_counter() - t_start:.1f}s; plots in {args.out}")
+    print(f"desc_output_ratio_vs_shj_at_10ms={desc_ratio:.3f} "
+          f"weighted_histmse_ratio_vs_shj_max={worst[0]:.3f}@{worst[1]}ms "
+          f"asc_outlier_precision={asc_prec:.3f} selection_gain_at_100q={sel_gain:.3f} "
+          f"agg_mse_ratio_vs_baseline_max={agg_max:.3g}")
+
+
+if __name__ == "__main__":
+    main()

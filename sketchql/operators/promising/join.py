@@ -1,0 +1,386 @@
+"""PT-Join: the promising-tuple window join (paper Figure 7, JOIN-PROBE).
+
+For every arrival ``x1`` of stream S1 (symmetrically S2):
+
+1. ``S1.Summarize(x1)``: the tuple is ingested into S1's region index;
+2. for every granularity ``G_i`` of S2 intersecting ``(x1.ts - w, x1.ts]``
+   and every zone of it, the estimate of ``x1``'s join value in the zone's
+   cell is read from the zone summary (count sketch); entries with estimate
+   >= ``min_estimate`` are pushed as ``(x1, cell, priority)`` with
+   ``priority = estimate * alpha^(i-1)`` (fade factor alpha);
+3. the queue is probed in the preference's order (``desc``/``asc``/
+   ``weighted``, see :mod:`.queue`) until the budget of the arrivals runs
+   out; whatever budget later arrivals leave unused revisits the queue
+   ("when idle").  A probe scans one cell and verifies the key equality and
+   the window condition on the real tuples, so every output pair is an exact
+   join result; pairs are emitted possibly out of timestamp order and carry
+   both timestamps.
+
+Pair semantics (same as the oracle :func:`sketchql.data.window_match_counts`):
+``x`` (stream a) and ``y`` (stream b) join iff ``x.key == y.key`` and
+``|x.ts - y.ts| < w``; the pair is found by the *later* arrival's entry (rid
+order), so every pair can be produced at most once -- no duplicates.  An entry
+whose probe tuple has left the window (``x.ts <= now - w``) is discarded
+unprocessed: its results have already expired.
+
+Work units (``sketchql.approx.UNIT_COSTS``, the same prices SIMPLE-SHJ pays):
+``insert`` per ingested tuple, ``node`` per (probe, zone) summary estimate,
+``probe`` per cell opened and ``compare`` per stored tuple of the cell.
+
+>>> import numpy as np
+>>> from sketchql.data import generate_stores, interleave, exact_join_pairs
+>>> from sketchql.approx import WorkBudget, replay
+>>> arr = interleave(generate_stores(2, duration=20.0, n_items=50, seed=4))
+>>> op = replay(arr, {"pt": PTJoin(window=5.0)}, WorkBudget.unlimited())["pt"]
+>>> a, b = op.pairs()
+>>> ea, eb = exact_join_pairs(arr, 5.0)
+>>> bool(np.array_equal(np.sort(a * len(arr) + b), np.sort(ea * len(arr) + eb)))
+True
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import SketchQLError
+from .costs import COSTS
+from .queue import EntryQueue, check_preference
+from .sources import make_source
+
+_FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind")
+
+
+class PTJoin:
+    """Promising-tuple symmetric window join of two streams (module doc).
+
+    Parameters
+    ----------
+    window : seconds (``math.inf`` = whole stream seen so far).
+    preference : ``"desc" | "asc" | "weighted"``.
+    fade : fade factor alpha in (0, 1].
+    streams : the two stream numbers (``Arrivals.stream``) joined: (a, b).
+    key : the join column of :class:`~sketchql.data.Arrivals` (default item).
+    seed : seeds the weighted draw (deterministic).
+    source : ``"index"`` (a :class:`sketchql.index.StreamIndex` per stream,
+        default), ``"mini"`` (private fixed-zone index), a StreamIndex, or a
+        pair of them (one per stream, e.g. the engine's declared summaries).
+    source_options : keyword arguments of the source (IndexSource:
+        granularity, rate, depth, config; MiniSource: zone_seconds, n_buckets,
+        t1, rate, depth, min_estimate).
+    outlier_quantile : asc only -- the preferred answer set is the values
+        whose estimated count is in this lowest quantile.
+    weight : the query's CPU weight when several queries share the CPU.
+    """
+
+    def __init__(self, window: float = 60.0, preference: str = "desc", fade: float = 0.8,
+                 streams=(0, 1), key: str = "item", seed: int = 0, source="index",
+                 source_options: dict | None = None, outlier_quantile: float = 0.05,
+                 weight: float = 1.0, name: str = "pt_join"):
+        if not (window > 0):
+            raise SketchQLError(f"PTJoin: window must be > 0 seconds, got {window!r}")
+        if not (0 < fade <= 1):
+            raise SketchQLError(f"PTJoin: FADE FACTOR must be in (0, 1], got {fade!r}")
+        if len(streams) != 2 or streams[0] == streams[1]:
+            raise SketchQLError(f"PTJoin: need two distinct streams, got {streams!r}")
+        if not (weight > 0):
+            raise SketchQLError(f"PTJoin: query weight must be > 0, got {weight!r}")
+        self.window = float(window)
+        self.preference = check_preference(preference)
+        self.fade = float(fade)
+        self.streams = tuple(int(s) for s in streams)
+        self.key = key
+        self.name = name
+        self.weight = float(weight)
+        self.outlier_quantile = float(outlier_quantile)
+        if isinstance(source, (list, tuple)):
+            self.sources = [make_source(s, self.window, seed, source_options) for s in source]
+        else:
+            self.sources = [make_source(source, self.window, seed, source_options) for _ in range(2)]
+        self._dedup = set() if any(s.may_repeat for s in self.sources) else None
+        self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS)
+        self.account = 0.0
+        self.now = -math.inf
+        self._out = {"a": [], "b": [], "ta": [], "tb": [], "val": []}
+        self._ticks = 0
+        self._asc_hist = ([], [])  # (counts, weights) of recent probes, for the outlier threshold
+        self._covered: dict = {}   # sweep entry id -> cells already queued for its probe
+        self._asc_thr = math.inf
+        self._stats = {"work": 0.0, "insert_work": 0.0, "node_work": 0.0, "probes": 0, "compares": 0,
+                       "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0}
+
+    # ------------------------------------------------------------------ driver
+    def tick(self, batch, allowance) -> None:
+        """Ingest a batch of arrivals, queue their promising regions, then
+        probe the queue with the batch's budget (``allowance`` per arrival)."""
+        self.account += float(np.sum(allowance))
+        if len(batch) == 0:
+            return
+        sides = self.ingest(batch)
+        self.charge_ingest(sides)
+        self.plan(batch, sides)
+        self.drain()
+
+    def ingest(self, batch):
+        """Step 1 (Summarize): put the batch into the sources; returns
+        ``[(side, rows of the batch)]``.  Not charged (see ``charge_ingest``)."""
+        self.now = max(self.now, float(batch.ts[-1]))
+        keys = getattr(batch, self.key)
+        sides = []
+        for side, s in enumerate(self.streams):
+            m = batch.stream == s
+            if m.any():
+                rows = np.flatnonzero(m)
+                sides.append((side, rows))
+                self.sources[side].ingest(keys[rows], batch.ts[rows], batch.seq[rows])
+        return sides
+
+    def charge_ingest(self, sides, share: float = 1.0) -> None:
+        n = sum(r.shape[0] for _, r in sides)
+        self._charge(COSTS["insert"] * n * share, "insert_work")
+        self._stats["tuples_in"] += n
+
+    def plan(self, batch, sides, cache: dict | None = None) -> None:
+        """Steps 2-3: the promising regions of the batch's tuples in the other
+        stream's granularities intersecting the window go into the queue.
+        ``cache`` (shared by the queries of a :class:`PTJoinGroup` within one
+        tick) reuses the regions of identical lookups."""
+        self.now = max(self.now, float(batch.ts[-1]))
+        keys = getattr(batch, self.key)
+        for side, rows in sides:
+            other = self.sources[1 - side]
+            vals = keys[rows]
+            ts = batch.ts[rows]
+            t_from = float(ts.min()) - self.window if math.isfinite(self.window) else -math.inf
+            ck = ("regions", side, t_from, self.fade)
+            if cache is not None and ck in cache:
+                res = cache[ck]
+            else:
+                res = other.regions(vals, t_from, float(ts.max()), self.now, self.fade)
+                if cache is not None:
+                    cache[ck] = res
+            probe, cell, est, gran, prio, size, nodes = res
+            self._charge(COSTS["node"] * nodes, "node_work")
+            admitted = np.ones(rows.shape[0], bool)
+            if self.preference == "asc":
+                prio, keep, admitted = self._asc_priority(side, vals, probe, gran, t_from, cache)
+                probe, cell, gran, prio, size = probe[keep], cell[keep], gran[keep], prio[keep], size[keep]
+            if probe.shape[0]:
+                r = rows[probe]
+                cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
+                        "side": np.full(r.shape[0], side, np.int8), "cell": cell, "gran": gran,
+                        "kind": np.zeros(r.shape[0], np.int8)}
+                wgt = np.power(self.fade, (gran - 1).astype(np.float64)) if self.preference == "weighted" else None
+                self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt)
+            # the "when idle" sweep of each admitted probe's non-promising cells
+            r = rows[admitted]
+            if r.shape[0]:
+                base = self.queue.n
+                cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
+                        "side": np.full(r.shape[0], side, np.int8), "cell": np.full(r.shape[0], -1, np.int64),
+                        "gran": np.zeros(r.shape[0], np.int64), "kind": np.ones(r.shape[0], np.int8)}
+                self.queue.push_last(cols, batch.seq[r])
+                # cells already queued per probe (excluded from its sweep)
+                if probe.shape[0]:
+                    pos_of_row = np.full(rows.shape[0], -1, np.int64)
+                    pos_of_row[np.flatnonzero(admitted)] = np.arange(r.shape[0])
+                    o = np.argsort(probe, kind="stable")
+                    ps, cs = probe[o], cell[o]
+                    cuts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+                    for a, b_ in zip(cuts.tolist(), np.r_[cuts[1:], ps.shape[0]].tolist()):
+                        j = int(pos_of_row[ps[a]])
+                        if j >= 0:
+                            self._covered[base + j] = cs[a:b_]
+        self._ticks += 1
+        if self._ticks % 256 == 0 and math.isfinite(self.window):
+            E = self.queue.arrays()
+            horizon = self.now - self.window
+            self.queue.prune(lambda ids: E["ts"][ids] > horizon)
+            self._covered = {k: v for k, v in self._covered.items() if E["ts"][k] > horizon}
+
+    def _asc_priority(self, side, vals, probe, gran, t_from, cache=None):
+        """asc: the preference function is the value's estimated count in the
+        window of *both* streams (``Estimate.Count(S1.v) + Estimate.Count(S2.v)``),
+        faded so that older granularities come later (``count / alpha^(i-1)``,
+        ascending).  The preferred answer set is the outliers: a probe is
+        admitted only if its count is within the lowest ``outlier_quantile`` of
+        the counts of recent *output-weighted* probes (each probe weighted by
+        its estimated number of matches, i.e. the quantile over the output
+        tuples' frequencies).  Costs one ``node`` per distinct value and stream."""
+        uv, inv = np.unique(vals, return_inverse=True)
+        ck = ("totals", side, t_from)
+        if cache is not None and ck in cache:
+            own, oth = cache[ck]
+        else:
+            own = self.sources[side].total(uv, t_from, self.now)
+            oth = self.sources[1 - side].total(uv, t_from, self.now)
+            if cache is not None:
+                cache[ck] = (own, oth)
+        self._charge(COSTS["node"] * 2 * uv.shape[0], "node_work")
+        tot = (own + oth)[inv]
+        wgt = np.maximum(oth, 0.0)[inv]
+        hv, hw = self._asc_hist
+        hv.append(tot); hw.append(wgt)
+        if len(hv) > 64:
+            del hv[:-64]; del hw[:-64]
+        if self._ticks % 8 == 0 or not math.isfinite(self._asc_thr):
+            at = np.concatenate(hv); aw = np.concatenate(hw)
+            if aw.sum() > 0:
+                o = np.argsort(at, kind="stable")
+                cw = np.cumsum(aw[o])
+                k = int(np.searchsorted(cw, self.outlier_quantile * cw[-1], side="left"))
+                self._asc_thr = float(at[o][min(k, o.shape[0] - 1)])
+        admitted = (tot <= self._asc_thr + 1e-9) & (wgt >= 0.5)
+        t = tot[probe]
+        keep = admitted[probe]
+        prio = t / np.power(self.fade, (gran - 1).astype(np.float64))
+        return prio, keep, admitted
+
+    def finish(self) -> None:
+        pass
+
+    def _charge(self, units, what=None):
+        self.account -= units
+        self._stats["work"] += units
+        if what:
+            self._stats[what] += units
+
+    def drain(self) -> None:
+        """Step 4: probe the queue until the budget runs out."""
+        if self.account <= 0 or not len(self.queue):
+            if not len(self.queue):
+                self.account = min(self.account, 0.0)  # idle time cannot be banked
+            return
+        E = self.queue.arrays()
+        e_rid, e_ts, e_val, e_side, e_cell, e_kind = E["rid"], E["ts"], E["val"], E["side"], E["cell"], E["kind"]
+        w = self.window
+        horizon = self.now - w
+        while self.account > 0 and len(self.queue):
+            e = self.queue.pop()
+            x_ts = float(e_ts[e])
+            if x_ts <= horizon:
+                self._stats["discarded"] += 1
+                self._covered.pop(e, None)
+                continue
+            side = int(e_side[e])
+            src = self.sources[1 - side]
+            if e_kind[e] == 0:
+                cells = (int(e_cell[e]),)
+            else:
+                cells = src.rest_cells(e_val[e], x_ts - w, x_ts, self._covered.pop(e, ()))
+                self._stats["sweeps"] += 1
+            for c in cells:
+                y_rid, y_ts, comps = src.scan(c, e_val[e], x_ts - w, x_ts)
+                self._charge(COSTS["probe"] + COSTS["compare"] * comps)
+                self._stats["probes"] += 1
+                self._stats["compares"] += comps
+                if y_rid.shape[0]:
+                    self._emit(int(e_rid[e]), x_ts, side, y_rid, y_ts, e_val[e])
+        if not len(self.queue):
+            self.account = min(self.account, 0.0)
+
+    def _emit(self, x_rid, x_ts, side, y_rid, y_ts, val) -> None:
+        ok = y_rid < x_rid
+        if not ok.all():
+            y_rid = y_rid[ok]
+            y_ts = y_ts[ok]
+        dedup = self._dedup
+        if dedup is not None and y_rid.shape[0]:
+            base = x_rid << 32
+            fresh = [i for i, y in enumerate(y_rid.tolist()) if (base | y) not in dedup]
+            if len(fresh) != y_rid.shape[0]:
+                self._stats["duplicates_skipped"] += y_rid.shape[0] - len(fresh)
+                y_rid = y_rid[fresh]
+                y_ts = y_ts[fresh]
+            dedup.update((base | y) for y in y_rid.tolist())
+        k = y_rid.shape[0]
+        if k == 0:
+            return
+        out = self._out
+        xr = np.full(k, x_rid, np.int64)
+        xt = np.full(k, x_ts)
+        y_rid = y_rid.astype(np.int64)
+        if side == 0:
+            out["a"].append(xr); out["b"].append(y_rid); out["ta"].append(xt); out["tb"].append(y_ts)
+        else:
+            out["a"].append(y_rid); out["b"].append(xr); out["ta"].append(y_ts); out["tb"].append(xt)
+        out["val"].append(np.full(k, val))
+        self._stats["outputs"] += k
+
+    # ------------------------------------------------------------------ results
+    def _cat(self, k, dtype):
+        v = self._out[k]
+        return np.concatenate(v) if v else np.zeros(0, dtype)
+
+    def pairs(self):
+        """(rid of the stream-a member, rid of the stream-b member), in production order."""
+        return self._cat("a", np.int64), self._cat("b", np.int64)
+
+    def result(self) -> dict:
+        """Columnar output: ``rid_a, rid_b, ts_a, ts_b, value`` in production order."""
+        return {"rid_a": self._cat("a", np.int64), "rid_b": self._cat("b", np.int64),
+                "ts_a": self._cat("ta", np.float64), "ts_b": self._cat("tb", np.float64),
+                "value": self._cat("val", np.int64)}
+
+    def stats(self) -> dict:
+        return dict(self._stats, queued=len(self.queue), account=self.account)
+
+
+class PTJoinGroup:
+    """Several standing PT-Join queries over the same two streams, sharing one
+    region index per stream (the summaries are stream-dependent, the queues
+    query-dependent: paper section 2).
+
+    ``cpu="shared"``: the queries share the CPU round robin in proportion to
+    their ``weight`` -- each tick's allowance and the (single) ingest cost are
+    split by weight.  ``cpu="separate"``: every query gets the whole
+    allowance and pays the whole ingest, exactly as if it ran alone (used by
+    the benchmarks to compare preferences on identical index states).
+
+    >>> from sketchql.data import generate_stores, interleave
+    >>> from sketchql.approx import WorkBudget, replay
+    >>> arr = interleave(generate_stores(2, duration=10.0, n_items=50, seed=4))
+    >>> g = PTJoinGroup([PTJoin(5.0, "desc", weight=3), PTJoin(5.0, "weighted", weight=1)])
+    >>> _ = replay(arr, {"g": g}, WorkBudget(units_per_arrival=20))
+    >>> w = [q.stats()["work"] for q in g.queries]
+    >>> bool(2.0 < w[0] / w[1] < 4.0)
+    True
+    """
+
+    def __init__(self, queries, cpu: str = "shared"):
+        if not queries:
+            raise SketchQLError("PTJoinGroup: need at least one query")
+        if cpu not in ("shared", "separate"):
+            raise SketchQLError(f"PTJoinGroup: cpu must be 'shared' or 'separate', got {cpu!r}")
+        self.queries = list(queries)
+        self.cpu = cpu
+        lead = max(self.queries, key=lambda q: q.window)
+        for q in self.queries:
+            if q.streams != lead.streams or q.key != lead.key:
+                raise SketchQLError("PTJoinGroup: all queries must join the same streams on the same key")
+            q.sources = lead.sources
+            q._dedup = set() if any(s.may_repeat for s in lead.sources) else None
+        self._lead = lead
+        w = np.array([q.weight for q in self.queries], np.float64)
+        self.shares = w / w.sum() if cpu == "shared" else np.ones(len(self.queries))
+
+    def tick(self, batch, allowance) -> None:
+        units = float(np.sum(allowance))
+        if len(batch) == 0:
+            for q, sh in zip(self.queries, self.shares):
+                q.account += units * sh
+            return
+        sides = self._lead.ingest(batch)
+        cache = {}
+        for q, sh in zip(self.queries, self.shares):
+            q.account += units * sh
+            q.charge_ingest(sides, share=sh)
+            q.plan(batch, sides, cache if q.window == self._lead.window else None)
+            q.drain()
+
+    def finish(self) -> None:
+        for q in self.queries:
+            q.finish()
+
+    def stats(self) -> dict:
+        return {q.name: q.stats() for q in self.queries}

@@ -1,0 +1,121 @@
+"""The promising-tuple priority queue: (tuple, region, priority) entries
+ordered by the query's preference.
+
+Entries live in a columnar table (numpy arrays that grow); the heap holds
+``(key, entry id)`` pairs.  The key encodes the preference:
+
+* ``desc``: ``key = -priority`` -- highest priority first (most output);
+* ``asc``: ``key = +priority`` -- lowest first (outliers); entries whose
+  estimate is below ``min_estimate`` are never queued (a region where the
+  value is estimated absent cannot hold a *matching* rare tuple);
+* ``weighted``: CPU divided among the promising tuples in proportion to
+  their count estimates, so that the output is a near-random sample.  An
+  entry of priority ``p = est * alpha^(i-1)`` yields about ``est`` pairs and
+  (in a cell dominated by its value) costs about ``est`` units.  Entries are
+  drawn in random order with weight ``p / est = alpha^(i-1)`` -- weighted
+  sampling without replacement by exponential keys (Efraimidis-Spirakis:
+  ``key = E / weight``, ``E ~ Exp(1)`` from a seeded generator, smallest key
+  first) -- so every entry, hence every output pair, has the same chance to
+  be produced (up to the fade), and the CPU an entry receives is on average
+  proportional to its estimate.  (Drawing with weight ``p`` itself would
+  over-represent frequent values quadratically; ``p / cost`` would penalize
+  values sharing a bucket with a heavy hitter.)
+
+Ties are broken by the newest probe tuple first, then by entry id.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ...errors import SketchQLError
+
+PREFERENCES = ("desc", "asc", "weighted")
+_LAST = 1e300
+
+
+def check_preference(pref: str) -> str:
+    p = str(pref).lower()
+    if p not in PREFERENCES:
+        raise SketchQLError(f"PREFERENCE must be one of {PREFERENCES}, got {pref!r}")
+    return p
+
+
+class EntryQueue:
+    """Columnar entry table + heap.  ``push(cols, priority, cost)``, ``pop()``."""
+
+    def __init__(self, preference: str, seed: int = 0, fields=()):
+        self.preference = check_preference(preference)
+        self.rng = np.random.default_rng([int(seed), 0x9E11])
+        self.fields = tuple(fields)
+        self.cols = {f: [] for f in self.fields}
+        self._arrays = None
+        self.n = 0
+        self.heap: list = []
+
+    def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
+             weight: np.ndarray | None = None) -> int:
+        """Queue entries; ``weight`` (weighted preference only) is the
+        sampling weight, default ``priority / cost``."""
+        k = int(priority.shape[0])
+        if k == 0:
+            return 0
+        for f in self.fields:
+            self.cols[f].append(np.asarray(cols[f]))
+        self._arrays = None
+        ids = np.arange(self.n, self.n + k)
+        self.n += k
+        if self.preference == "desc":
+            key = -priority
+        elif self.preference == "asc":
+            key = priority.astype(np.float64)
+        else:
+            w = np.maximum(priority, 1e-12) / np.maximum(cost, 1.0) if weight is None else weight
+            key = self.rng.exponential(size=k) / np.maximum(w, 1e-300)
+        items = list(zip(key.tolist(), (-np.asarray(newest)).tolist(), ids.tolist()))
+        if len(items) > len(self.heap):
+            self.heap.extend(items)
+            heapq.heapify(self.heap)
+        else:
+            for it in items:
+                heapq.heappush(self.heap, it)
+        return k
+
+    def push_last(self, cols: dict, newest: np.ndarray) -> int:
+        """Entries processed after every regular entry (whatever the
+        preference): the "when idle" sweep of non-promising regions."""
+        k = int(np.asarray(newest).shape[0])
+        if k == 0:
+            return 0
+        for f in self.fields:
+            self.cols[f].append(np.asarray(cols[f]))
+        self._arrays = None
+        ids = np.arange(self.n, self.n + k)
+        self.n += k
+        for it in zip([_LAST] * k, (-np.asarray(newest)).tolist(), ids.tolist()):
+            heapq.heappush(self.heap, it)
+        return k
+
+    def arrays(self) -> dict:
+        if self._arrays is None:
+            self._arrays = {f: (np.concatenate(v) if v else np.zeros(0)) for f, v in self.cols.items()}
+            self.cols = {f: [a] for f, a in self._arrays.items()}
+        return self._arrays
+
+    def pop(self) -> int:
+        return heapq.heappop(self.heap)[2]
+
+    def __len__(self):
+        return len(self.heap)
+
+    def prune(self, alive) -> None:
+        """Drop heap entries for which ``alive(entry_ids) -> bool array`` is False."""
+        if not self.heap:
+            return
+        ids = np.fromiter((e[2] for e in self.heap), np.int64, len(self.heap))
+        ok = alive(ids)
+        if ok.all():
+            return
+        self.heap = [e for e, k in zip(self.heap, ok.tolist()) if k]
+        heapq.heapify(self.heap)

@@ -1,0 +1,155 @@
+"""Region sources: the one interface the promising-tuple operators use to
+reach a stream's summaries.
+
+* :class:`IndexSource` wraps :class:`sketchql.index.StreamIndex` (the real
+  index: granularities, self-adjusting zones, pyramids, COLLAPSE) -- the
+  default, and what the engine uses for a declared ``CREATE SUMMARY``;
+* :class:`MiniSource` wraps the private fixed-zone :class:`._miniindex.MiniIndex`
+  (fast, used when no declaration is given and by PT-Selection's value-range
+  buckets).
+
+Interface::
+
+    ingest(values, ts, rids) -> int                     tuples ingested
+    regions(values, t_from, t_to, now, fade)
+        -> (probe, cell, estimate, granularity, priority, n_tuples, nodes)
+    scan(cell, value, t_from, t_to) -> (rids, ts, work)  matches in (t_from, t_to]
+    total(values, t_from, t_to) -> estimated counts over the window
+    may_repeat                                            True if two cells can
+        later resolve to the same tuples (COLLAPSE): the join then deduplicates.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._miniindex import MiniIndex
+
+
+class MiniSource:
+    may_repeat = False
+
+    def __init__(self, window: float, seed: int = 0, zone_seconds: float = 5.0, n_buckets: int = 64,
+                 t1: float = 10.0, rate: int = 2, depth: int = 4, min_estimate: float = 0.5):
+        keep = window + 2 * zone_seconds if math.isfinite(window) else math.inf
+        self.ix = MiniIndex(n_buckets=n_buckets, zone_seconds=zone_seconds, t1=t1, rate=rate, depth=depth,
+                            keep=keep, seed=seed, sketch_w=1024, sketch_d=5)
+        self.min_estimate = float(min_estimate)
+
+    def ingest(self, values, ts, rids) -> int:
+        return self.ix.ingest(values, ts, rids)
+
+    def regions(self, values, t_from, t_to, now, fade):
+        probe, zone, est, gran, prio, size, nodes = self.ix.regions(values, t_from, t_to, now, fade,
+                                                                    self.min_estimate)
+        return probe, zone, est, gran, prio, size, nodes
+
+    def scan(self, cell, value, t_from, t_to):
+        ix = self.ix
+        pos, comps = ix.scan_value(int(cell), int(value))
+        t = ix.ts[pos]
+        m = (t > t_from) & (t <= t_to)
+        return ix.rid[pos[m]], t[m], comps
+
+    def rest_cells(self, value, t_from, t_to, exclude) -> list:
+        """Cells of ``value``'s bucket overlapping the window, not in ``exclude``, non-empty."""
+        ix = self.ix
+        b = int(ix.bucket_of(np.array([value]))[0])
+        ex = set(np.asarray(exclude).tolist())
+        return [z for z in ix.zones_between(t_from, t_to) if z not in ex and ix.zones[z]["counts"][b] > 0]
+
+    def total(self, values, t_from, t_to):
+        ix = self.ix
+        values = np.asarray(values)
+        out = np.zeros(values.shape[0])
+        zs = ix.zones_between(t_from, t_to)
+        if not zs or not values.shape[0]:
+            return out
+        idx, sgn = ix.zones[zs[0]]["sketch"].locate(values)
+        for z in zs:
+            out += ix.zones[z]["sketch"].estimate_located(idx, sgn)
+        return out
+
+
+class IndexSource:
+    """Adapter over :class:`sketchql.index.StreamIndex` (``index`` given, or
+    built from ``granularity``/``rate``/``depth``/``config``)."""
+
+    may_repeat = True
+
+    def __init__(self, window: float, index=None, granularity: float = 10.0, rate: int = 2,
+                 depth: int | None = None, config=None, name: str = "pt", seed: int = 0):
+        from ...index import IndexConfig, StreamIndex, SummaryDeclaration
+
+        if index is None:
+            if depth is None:
+                # enough history for the window (whole-stream: ~10 minutes)
+                span = window if math.isfinite(window) else 600.0
+                # the covered history dips by up to one period of the last
+                # granularity right after a COLLAPSE: keep one level more
+                depth, hist = 1, granularity
+                while hist < span + granularity and depth < 16:
+                    depth += 1
+                    hist += granularity * rate ** (depth - 1)
+                depth = min(depth + 1, 16)
+            decl = SummaryDeclaration(name, name, "key", granularity=float(granularity), rate=int(rate),
+                                      depth=int(depth))
+            cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=64, w=256, seed=seed)
+            index = StreamIndex(decl, cfg)
+        self.ix = index
+
+    def ingest(self, values, ts, rids) -> int:
+        rep = self.ix.ingest(np.asarray(values), np.asarray(ts, np.float64), np.asarray(rids, np.int64))
+        return int(rep.accepted)
+
+    def regions(self, values, t_from, t_to, now, fade):
+        """Priority = estimate / rate^(i-1) * fade^(i-1): a zone of granularity
+        i spans rate^(i-1) times more time than one of G1, so its estimate is
+        first normalized per G1-length of time -- otherwise an old, coarse
+        zone would outrank a recent fine one by sheer size, against the
+        fade's intent of favouring recent regions."""
+        r = self.ix.promising_regions(np.asarray(values), t_from, t_to, fade=fade)
+        g = (r.granularity - 1).astype(np.float64)
+        prio = r.estimate * np.power(float(fade) / self.ix.decl.rate, g)
+        return r.probe, r.cell, r.estimate, r.granularity, prio, r.n_tuples, int(r.visited)
+
+    def scan(self, cell, value, t_from, t_to):
+        s = self.ix.scan_matching(int(cell), value, t_from, t_to)
+        return s.row_ids, s.timestamps, int(s.work)
+
+    def rest_cells(self, value, t_from, t_to, exclude) -> list:
+        """Cells of ``value``'s bucket in zones overlapping the window, not in
+        ``exclude``, non-empty.  NOTE: uses StreamIndex internals (``_hash``,
+        ``_live``, ``Zone.cell_size``) -- the index has no public "all cells
+        of a value" query yet."""
+        from ...index import cell_handle
+
+        ix = self.ix
+        b = int(ix._hash(np.asarray([value]))[0][0])
+        ex = set(np.asarray(exclude).tolist())
+        out = []
+        for _, z in ix._live():
+            if z.n == 0 or z.max_ts <= t_from or z.min_ts > t_to:
+                continue
+            c = int(cell_handle(z.id, b))
+            if c not in ex and int(z.cell_size(np.array([b]))[0]) > 0:
+                out.append(c)
+        return out
+
+    def total(self, values, t_from, t_to):
+        return self.ix.estimate(np.asarray(values), t_from, t_to, edge="prorate")
+
+
+def make_source(kind, window: float, seed: int = 0, options: dict | None = None):
+    """``kind``: ``"index"`` (StreamIndex), ``"mini"``, or a ready StreamIndex."""
+    opts = dict(options or {})
+    if kind == "mini":
+        return MiniSource(window, seed=seed, **opts)
+    if kind == "index":
+        return IndexSource(window, seed=seed, **opts)
+    if hasattr(kind, "promising_regions"):
+        return IndexSource(window, index=kind)
+    from ...errors import SketchQLError
+
+    raise SketchQLError(f"PT operator: unknown region source {kind!r} (use 'index', 'mini' or a StreamIndex)")
