@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole suite: fast unit tests, then the Spark-marked tests.
+# Runs the whole suite: fast unit and oracle tests, then the Spark-marked tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+# `pytest -q` alone runs the fast unit and oracle tests (pyproject's addopts
+# deselect the marked ones); the Spark tests run second, in their own session.
 .venv/bin/pytest -q "$@"
+.venv/bin/pytest -q -m spark "$@"

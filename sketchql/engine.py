@@ -602,7 +602,9 @@ class Query:
                 "poll_missed": self.missed,
                 "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b in parts)),
                 "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
-                "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs()}
+                "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs(),
+                **({"promising": pt[0].op.stats()} if (pt := [n for n in self.plan.nodes
+                                                              if n.kind == "pt_join"]) else {})}
 
     def knobs(self) -> dict:
         ct = self.bound.contract
@@ -691,7 +693,7 @@ class Engine:
         if isinstance(s, A.Drop):
             return self._drop(s)
         if isinstance(s, A.Explain):
-            return explain_plan(self._plan(s.query))
+            return explain_plan(self._plan_physical(s.query, explain=True))
         if isinstance(s, A.Query):
             return self._register(s, sql)
         raise SketchQLSemanticError(f"unsupported statement {type(s).__name__}")  # pragma: no cover
@@ -777,13 +779,29 @@ class Engine:
         bq = analyze(q, self.catalog)
         return plan_query(bq, self._stats_for)
 
+    def _plan_physical(self, q: A.Query, explain: bool = False) -> Plan:
+        """The plan with the promising-tuple operators substituted (what ``register`` runs).
+
+        For EXPLAIN a WITH PREFERENCE query that cannot be mapped shows the exact plan and why.
+        """
+        plan = self._plan(q)
+        if plan.engine != "promising":
+            return plan
+        if not explain:
+            return self._promising(plan)
+        try:
+            return self._promising(plan)
+        except SketchQLSemanticError as e:
+            plan.engine_reason += f"; cannot run it: {e.args[0] if e.args else e}"
+            return plan
+
     def explain(self, sql: str) -> str:
         """The plan of a query (``EXPLAIN`` prefix optional) as text."""
         s = parse(sql)
         if len(s) != 1 or not isinstance(s[0], (A.Query, A.Explain)):
             raise SketchQLSemanticError("explain() takes one SELECT query")
         q = s[0].query if isinstance(s[0], A.Explain) else s[0]
-        return explain_plan(self._plan(q))
+        return explain_plan(self._plan_physical(q, explain=True))
 
     def register(self, sql: str) -> Query:
         """Register a continuous query once; it is fed by every later ``push``."""
@@ -793,9 +811,7 @@ class Engine:
         return self._register(s[0], sql)
 
     def _register(self, q: A.Query, sql: str) -> Query:
-        plan = self._plan(q)
-        if plan.engine == "promising":
-            plan = self._promising(plan)
+        plan = self._plan_physical(q)
         instantiate(plan.root, plan.bound, self._tables)
         qid = next(self._ids)
         query = Query(qid, sql, plan, self.seed)
@@ -807,15 +823,22 @@ class Engine:
         return query
 
     def _promising(self, plan: Plan) -> Plan:
+        """Map a ``WITH PREFERENCE`` plan onto the promising-tuple operators.
+
+        Two-stream equi-joins become a PTJoin node (``sketchql.planner.promising_plan``:
+        window, preference, fade, budget per tuple from WITHIN / the ``budget`` knob, default
+        :data:`~sketchql.planner.promising_plan.DEFAULT_BUDGET_UNITS`; ``WITHIN n MS`` is
+        converted with ``sketchql.approx.BENCH_UNITS_PER_SECOND``); any other shape raises
+        :class:`SketchQLSemanticError` asking for EXACT.
+        """
         if not promising_available():
             raise SketchQLSemanticError(
                 "this query asks for WITH PREFERENCE evaluation, but the promising-tuple operators "
                 "are not available yet (sketchql.operators.promising); add EXACT to evaluate it exactly",
                 *plan.bound.query.pos)
-        raise SketchQLSemanticError(
-            "promising-tuple operators are not available through SQL yet (sketchql.operators.promising "
-            "exists but is not wired into the planner); add EXACT to evaluate this query exactly",
-            *plan.bound.query.pos)
+        from .approx import BENCH_UNITS_PER_SECOND
+        from .planner.promising_plan import promising_plan
+        return promising_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
 
     def deregister(self, query: Query):
         self._queries.pop(query.id, None)
