@@ -1,0 +1,349 @@
+"""Promising-tuple plans: ``WITH PREFERENCE`` queries mapped onto the PT operators.
+
+:func:`promising_plan` rewrites an exact :class:`~sketchql.planner.plan.Plan`
+whose engine is ``"promising"``: the two-stream equi-join node becomes a
+``pt_join`` node whose operator is a :class:`PTJoinNode` -- a physical node
+with the exact operators' protocol ``step(now, *inputs) -> Changes`` wrapping
+a :class:`sketchql.operators.promising.PTJoin` (paper Figure 7).  The scans
+below it and the residual select / project / distinct above it are unchanged.
+
+Mapping (what is accepted; everything else raises
+:class:`~sketchql.errors.SketchQLSemanticError` naming the reason):
+
+* exactly two streams (no tables), one equality ``A.x = B.y`` between them,
+  INT join columns, no aggregate / GROUP BY;
+* window: the paper's ``WINDOW w`` (the semantic pass gives every stream
+  ``[RANGE w]``), or equal ``[RANGE w]`` windows written per stream, or none
+  (whole stream: ``UNBOUNDED``).  A pair joins iff the keys are equal and
+  ``|ts_a − ts_b| < w`` -- the same pairs as the exact symmetric hash join;
+* ``WITH PREFERENCE desc|asc|weighted`` -> PTJoin preference; ``FADE FACTOR``
+  -> fade (default 0.8); the engine seed seeds the operator;
+* the region index: PTJoin keeps its own :class:`sketchql.index.StreamIndex`
+  per side (``source="index"``), configured with the GRANULARITY and COLLAPSE
+  rate of the stream's declared ``CREATE SUMMARY`` on the join column (if
+  any; the depth is sized for the window).  The engine's declared indexes
+  are not shared: they are fed every pushed tuple with per-stream row ids,
+  whereas the operator needs the query's filtered/sampled input with one
+  arrival number across both streams (the join keeps a pair only when found
+  by its later member).
+
+Budget (work units of :data:`sketchql.approx.UNIT_COSTS`, per arriving tuple
+that reaches the join, read from the query contract at every step so that
+``query.set_knob("budget", n)`` takes effect at the next step):
+
+* ``WITHIN n PROBES PER TUPLE`` -> ``n`` units per tuple (deterministic);
+* ``WITHIN n MS`` -> ``n / 1000 * units_per_second`` units per tuple, with
+  ``units_per_second`` = :data:`sketchql.approx.BENCH_UNITS_PER_SECOND`
+  (2000: 1 ms = 2 units), the fixed conversion the benchmarks use;
+* no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple.
+
+Output: ISTREAM-like -- only ``+1`` rows, one per produced pair, never an
+expiration; ``at`` = ``max(max(ts_a, ts_b), t_prev)`` where ``t_prev`` is the
+time of the previous step: the event time at which the pair became valid
+(the ``at`` the exact join gives its ``+1`` row) when the pair is produced in
+the step that first covers that time, else the start of the step that
+produced it (a change cannot be reported in the past of what was already
+reported -- operators above check it).  The row's ``ts`` is always
+``max(ts_a, ts_b)``.  ``rid`` = ``mix_rids(seq_a, seq_b)``.  The row columns are those the exact
+join would give (``alias.column`` of both members), looked up by arrival
+number in a per-side store that keeps the tuples of the last two windows
+(a pair's members are both younger than ``now − 2w`` when it is produced).
+
+>>> from sketchql.engine import Engine
+>>> eng = Engine(seed=1)
+>>> eng.execute("CREATE STREAM A (k INT) TIMESTAMP ts; CREATE STREAM B (k INT) TIMESTAMP ts")
+>>> q = eng.register("SELECT A.k, A.ts, B.ts FROM A, B WHERE A.k = B.k "
+...                  "WITH PREFERENCE desc A.k WINDOW 10 SECONDS WITHIN 1000 PROBES PER TUPLE")
+>>> eng.push("A", {"ts": [1.0, 2.0], "k": [7, 8]})
+>>> eng.push("B", {"ts": [3.0, 4.0], "k": [7, 9]})
+>>> eng.heartbeat("A", 5.0)
+>>> q.results()[["k", "A.ts", "B.ts"]].values.tolist()
+[[7.0, 1.0, 3.0]]
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from ..errors import SketchQLSemanticError
+from ..operators.changes import Batch, Changes, mix_rids
+from .plan import MONO, Plan, PlanNode
+
+__all__ = ["PTJoinNode", "promising_plan", "DEFAULT_BUDGET_UNITS", "DEFAULT_FADE"]
+
+#: Work units per arriving tuple when the query has no WITHIN clause
+#: (knob ``budget`` of the query; the benchmarks' tight regime is ~20-200).
+DEFAULT_BUDGET_UNITS = 50.0
+#: FADE FACTOR when the query gives none (paper section 3).
+DEFAULT_FADE = 0.8
+
+
+def _err(msg: str, plan: Plan):
+    pos = plan.bound.query.pos
+    return SketchQLSemanticError(msg + "; add EXACT to evaluate this query exactly", *pos)
+
+
+_SUPPORTED = ("promising-tuple operators through SQL: WITH PREFERENCE is supported for two-stream equi-joins "
+              "(SELECT ... FROM A, B WHERE A.x = B.y ... WITH PREFERENCE desc|asc|weighted ...)")
+
+
+class PTJoinNode:
+    """Physical adapter: exact-operator protocol around a promising-tuple join.
+
+    ``step(now, in_a, in_b)`` takes the two window scans' change streams,
+    keeps their ``+1`` rows (arrivals; expirations are the PT operator's own
+    business), merges them into one arrival sequence ordered by ``(ts,
+    side)`` with global arrival numbers ``seq``, ticks the PTJoin with
+    ``allowance = budget_units()`` per arrival, and returns the pairs it
+    produced as ``+1`` Changes (``at = max(ts_a, ts_b, previous step time)``, columns
+    ``prefix_a + col`` / ``prefix_b + col`` like the exact join).
+
+    Parameters: ``op`` (a PTJoin over streams (0, 1) on column ``"key"``),
+    ``keys`` (join column of each side), ``prefixes``, ``window`` (seconds,
+    ``inf`` = whole stream), ``budget_units`` (callable -> units per tuple).
+
+    >>> import numpy as np
+    >>> from sketchql.operators.promising import build_promising_operator
+    >>> from sketchql.operators.changes import Batch, Changes
+    >>> op = build_promising_operator({"kind": "join", "window": 10.0, "key": "key"})
+    >>> node = PTJoinNode(op, ("k", "k"), ("A.", "B."), 10.0, lambda: 1e6)
+    >>> a = Batch({"k": np.array([5]), "ts": np.array([1.0])}, ts=np.array([1.0]))
+    >>> b = Batch({"k": np.array([5]), "ts": np.array([2.0])}, ts=np.array([2.0]))
+    >>> out = node.step(2.0, Changes.inserts(a, a.ts, [0]), Changes.inserts(b, b.ts, [0]))
+    >>> out.columns["A.ts"].tolist(), out.columns["B.ts"].tolist(), out.at.tolist()
+    ([1.0], [2.0], [2.0])
+    """
+
+    def __init__(self, op, keys, prefixes, window: float, budget_units):
+        self.op = op
+        self.keys = tuple(keys)
+        self.prefixes = tuple(prefixes)
+        self.window = float(window)
+        self.budget_units = budget_units
+        self._seq = 0
+        # per side: arrival numbers, timestamps and the columns of the stored tuples
+        self._store = [None, None]
+        self.pairs_out = 0
+        self.pairs_lost = 0       # pairs whose member left the store (should stay 0)
+        self.tuples_in = 0
+        self.units_given = 0.0
+        self.clock = -math.inf
+
+    # -- protocol of the exact operators ------------------------------------
+    def step(self, now: float, *inputs) -> Optional[Changes]:
+        arr = []
+        for side, ch in enumerate(inputs):
+            if ch is None or not len(ch):
+                continue
+            ins = ch.sign > 0
+            if not ins.any():
+                continue
+            rows = ch.rows.take(ins) if not ins.all() else ch.rows
+            arr.append((side, rows))
+        if arr:
+            self._arrive(now, arr)
+        else:
+            self.op.tick(_empty_batch(), np.zeros(0))
+        out = self._collect(now)
+        self._prune()
+        self.clock = max(self.clock, float(now))
+        return out
+
+    def _arrive(self, now, arr):
+        from ..operators.promising import make_batch
+        side = np.concatenate([np.full(len(r), s, np.int64) for s, r in arr])
+        ts = np.concatenate([r.ts for _, r in arr])
+        key = np.concatenate([np.asarray(r.columns[self.keys[s]]).astype(np.int64) for s, r in arr])
+        o = np.lexsort((side, ts))                     # arrival order: by ts, side a first at ties
+        n = len(o)
+        seq = np.empty(n, np.int64)
+        seq[o] = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        self._seq += n
+        off = 0
+        for s, r in arr:
+            m = len(r)
+            self._append(s, seq[off:off + m], r)
+            off += m
+        batch = make_batch(side[o], ts[o], seq[o], key=key[o])
+        units = float(self.budget_units())
+        self.units_given += units * n
+        self.tuples_in += n
+        self.op.tick(batch, np.full(n, units))
+
+    def _append(self, side, seq, rows: Batch):
+        o = np.argsort(seq, kind="stable")
+        new = {"__seq": seq[o], "__ts": rows.ts[o]}
+        new.update({c: v[o] for c, v in rows.columns.items()})
+        cur = self._store[side]
+        self._store[side] = new if cur is None else {k: np.concatenate([cur[k], new[k]]) for k in cur}
+
+    def _prune(self):
+        # the operator's clock (latest arrival), not the step time: a later pair has both
+        # members younger than op.now - 2w (its probe tuple is younger than op.now - w)
+        now = float(self.op.now)
+        if not math.isfinite(self.window) or not math.isfinite(now):
+            return
+        horizon = now - 2.0 * self.window
+        for s, st in enumerate(self._store):
+            if st is None or not len(st["__ts"]):
+                continue
+            old = st["__ts"] <= horizon
+            k = int(old.sum())
+            if k and 2 * k >= len(old):                  # amortized: compact when half is old
+                self._store[s] = {c: v[~old] for c, v in st.items()}
+
+    def _collect(self, now: float) -> Optional[Changes]:
+        out = self.op._out                               # drained here: the PTJoin keeps no history
+        if not out["a"]:
+            return None
+        ra, rb = np.concatenate(out["a"]), np.concatenate(out["b"])
+        ta, tb = np.concatenate(out["ta"]), np.concatenate(out["tb"])
+        for v in out.values():
+            v.clear()
+        ia, oka = self._find(0, ra)
+        ib, okb = self._find(1, rb)
+        ok = oka & okb
+        if not ok.all():
+            self.pairs_lost += int((~ok).sum())
+            ra, rb, ta, tb, ia, ib = ra[ok], rb[ok], ta[ok], tb[ok], ia[ok], ib[ok]
+        if not len(ra):
+            return None
+        cols = {}
+        for s, idx in ((0, ia), (1, ib)):
+            st = self._store[s]
+            for c, v in st.items():
+                if not c.startswith("__"):
+                    cols[self.prefixes[s] + c] = v[idx]
+        ts = np.maximum(ta, tb)
+        at = np.minimum(np.maximum(ts, self.clock), float(now))
+        self.pairs_out += len(ra)
+        return Changes.inserts(Batch(cols, ts=ts), at, mix_rids(ra, rb))
+
+    def _find(self, side, seq):
+        st = self._store[side]
+        if st is None:
+            return np.zeros(len(seq), np.int64), np.zeros(len(seq), bool)
+        s = st["__seq"]
+        i = np.searchsorted(s, seq)
+        ok = i < len(s)
+        ok[ok] = s[i[ok]] == seq[ok]
+        return np.where(ok, i, 0), ok
+
+    # -- introspection ------------------------------------------------------
+    def state_size(self) -> int:
+        return int(sum(len(st["__seq"]) for st in self._store if st is not None))
+
+    def stats(self) -> dict:
+        s = self.op.stats()
+        return {"pt_operator": type(self.op).__name__, "pt_preference": self.op.preference,
+                "pt_fade": self.op.fade, "pt_window": self.window,
+                "pt_budget_units_per_tuple": float(self.budget_units()),
+                "pt_units_given": self.units_given, "pt_work": float(s["work"]),
+                "pt_pairs": self.pairs_out, "pt_pairs_lost": self.pairs_lost,
+                "pt_queue": int(s["queued"]), "pt_probes": int(s["probes"]),
+                "pt_tuples_in": self.tuples_in, "pt_discarded": int(s["discarded"]),
+                "pt_stored_tuples": self.state_size()}
+
+
+def _empty_batch():
+    from ..operators.promising import make_batch
+    return make_batch(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), key=np.zeros(0, np.int64))
+
+
+def _window_of(plan: Plan, join: PlanNode) -> float:
+    q = plan.bound.query
+    if q.window is not None:
+        return float(q.window)
+    sizes = set()
+    for c in join.children:
+        if c.kind != "scan":
+            raise _err(f"{_SUPPORTED}; the window of every stream must be a time range (RANGE) or none", plan)
+        w = c.params["window"]
+        if w.kind == "unbounded":
+            sizes.add(math.inf)
+        elif w.kind == "range" and (getattr(w, "slide", None) in (None, 0) or w.slide == w.size):
+            sizes.add(float(w.size))
+        else:
+            raise _err(f"{_SUPPORTED} over RANGE windows (or the WINDOW clause); "
+                       f"{c.params['alias']} has a {w.kind} window", plan)
+    if len(sizes) != 1:
+        raise _err(f"{_SUPPORTED}; both streams need the same window (write WINDOW w)", plan)
+    return sizes.pop()
+
+
+def _summary_options(catalog, stream: str, col: str) -> dict:
+    for d in catalog.summaries_on(stream):
+        if any(a.lower() == col.lower() for a in d.attrs):
+            return {"granularity": float(d.granularity), "rate": int(d.rate)}
+    return {}
+
+
+def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> Plan:
+    """Replace the plan's join by a promising-tuple join (module doc); raises for the rest."""
+    from ..operators.promising import build_promising_operator
+
+    bq = plan.bound
+    if bq.is_aggregate:
+        raise _err(f"{_SUPPORTED}; promising-tuple aggregates (PTAggregate) are not reachable from SQL yet", plan)
+    if bq.tables or len(bq.streams) != 2:
+        raise _err(f"{_SUPPORTED}; this query reads {len(bq.streams)} stream(s) and {len(bq.tables)} table(s) "
+                   "(single-stream PT selections are not reachable from SQL yet)", plan)
+    joins = [n for n in plan.root.walk() if n.kind == "join"]
+    if len(joins) != 1:
+        raise _err(_SUPPORTED, plan)
+    join = joins[0]
+    conds = join.params["conditions"]
+    if len(conds) != 1:
+        raise _err(f"{_SUPPORTED}; it needs exactly one equality between the two streams, got {len(conds)}", plan)
+    (i, ci), (j, cj) = conds[0]
+    keys = (ci, cj) if i == 0 else (cj, ci)
+    scans = [c for c in join.children]
+    for s, k in enumerate(keys):
+        if s >= len(scans) or scans[s].kind != "scan":
+            raise _err(f"{_SUPPORTED}; windows other than RANGE are not supported", plan)
+        src = bq.sources[scans[s].source]
+        kind = src.schema.columns.get(k)
+        if kind not in ("int", "bool"):
+            raise _err(f"{_SUPPORTED} on INT columns; {src.alias}.{k} is {kind}", plan)
+    window = _window_of(plan, join)
+    pref = bq.preference.kind.lower()
+    if pref not in ("desc", "asc", "weighted"):
+        raise _err(f"{_SUPPORTED}; unknown preference {pref!r}", plan)
+    fade = DEFAULT_FADE if bq.fade is None else float(bq.fade)
+    names = [bq.sources[s.source].schema.name for s in scans]
+    opts = {}
+    for s in range(2):
+        o = _summary_options(catalog, names[s], keys[s])
+        if o and not opts:
+            opts = o
+    op = build_promising_operator({"kind": "join", "window": None if math.isinf(window) else window,
+                                   "preference": pref, "fade": fade, "streams": (0, 1), "key": "key",
+                                   "seed": seed, "source": "index", "source_options": opts or None})
+    ct = bq.contract
+
+    def budget_units() -> float:
+        if ct.budget is None:
+            return DEFAULT_BUDGET_UNITS
+        if (ct.budget_unit or "probes") == "ms":
+            return float(ct.budget) / 1000.0 * float(units_per_second)
+        return float(ct.budget)
+
+    aliases = join.params["aliases"]
+    join.kind = "pt_join"
+    wtxt = "whole stream" if math.isinf(window) else f"{window:g} s"
+    join.label = (f"PromisingTupleJoin ON {aliases[0]}.{keys[0]} = {aliases[1]}.{keys[1]} "
+                  f"PREFERENCE {pref} FADE {fade:g} WINDOW {wtxt} "
+                  f"(index: G1 {opts.get('granularity', 10.0):g} s, rate {opts.get('rate', 2)})")
+    join.structure = "PT region index per stream + entry queue; member columns kept for 2 windows"
+    join.params.update({"keys": keys, "window_s": window, "preference": pref, "fade": fade})
+    join.op = PTJoinNode(op, keys, tuple(join.params["prefixes"]), window, budget_units)
+    # ISTREAM-like output: nothing above ever expires
+    for n in plan.root.walk():
+        if n is join:
+            break
+        n.pattern = MONO
+    join.pattern = MONO
+    plan.engine_reason += "; PTJoin (ISTREAM output: pairs only, no expirations)"
+    return plan
