@@ -44,6 +44,7 @@ import numpy as np
 from ...errors import SketchQLError
 from ...summaries.hashing import hash64
 from .costs import COSTS
+from .output import PairOutput, fold_allowance
 from .selection import as_queries
 
 
@@ -65,7 +66,7 @@ class _Busy:
         self.clock += allowance_k
 
 
-class SimpleSHJ:
+class SimpleSHJ(PairOutput):
     """SIMPLE-SHJ on a work budget (module doc).  Same constructor shape and
     output methods as :class:`PTJoin` (``pairs``, ``result``, ``stats``)."""
 
@@ -84,7 +85,7 @@ class SimpleSHJ:
         # hash bucket -> [rids, ts, start, values]
         self.tables = [defaultdict(lambda: [[], [], 0, []]) for _ in range(2)]
         self.busy = _Busy(max_backlog)
-        self._out = {"a": [], "b": [], "ta": [], "tb": [], "val": []}
+        self._out = self._new_pair_log()
         self._stats = {"work": 0.0, "insert_work": 0.0, "outputs": 0, "processed": 0, "dropped": 0,
                        "compares": 0, "tuples_in": 0}
 
@@ -166,18 +167,6 @@ class SimpleSHJ:
     def finish(self) -> None:
         pass
 
-    def _cat(self, k, dtype):
-        v = self._out[k]
-        return np.concatenate(v) if v else np.zeros(0, dtype)
-
-    def pairs(self):
-        return self._cat("a", np.int64), self._cat("b", np.int64)
-
-    def result(self) -> dict:
-        return {"rid_a": self._cat("a", np.int64), "rid_b": self._cat("b", np.int64),
-                "ts_a": self._cat("ta", np.float64), "ts_b": self._cat("tb", np.float64),
-                "value": self._cat("val", np.int64)}
-
     def stats(self) -> dict:
         return dict(self._stats)
 
@@ -231,15 +220,7 @@ class SimpleSelection:
             return
         # allowance of non-stream arrivals still advances the clock: fold it
         # into the preceding stream arrival's allowance
-        idx = np.flatnonzero(m)
-        cum = np.concatenate([[0.0], np.cumsum(share)])
-        ends = np.concatenate([idx[1:], [len(share)]])
-        lead = cum[idx[0]]
-        if np.isinf(share).any():
-            per = np.full(idx.shape[0], np.inf)
-            lead = 0.0
-        else:
-            per = cum[ends] - cum[idx]
+        idx, lead, per = fold_allowance(m, share)
         vals = getattr(batch, self.queries[0].attr)[idx] if self.queries else None
         rids = batch.seq[idx]
         self._stats["tuples_in"] += idx.shape[0]
@@ -315,15 +296,7 @@ class PerQueryAggregate:
             for st in self._state:
                 st[0] += float(share.sum())
             return
-        idx = np.flatnonzero(m)
-        cum = np.concatenate([[0.0], np.cumsum(share)])
-        ends = np.concatenate([idx[1:], [len(share)]])
-        lead = cum[idx[0]]
-        if np.isinf(share).any():
-            per = np.full(idx.shape[0], np.inf)
-            lead = 0.0
-        else:
-            per = cum[ends] - cum[idx]
+        idx, lead, per = fold_allowance(m, share)
         keys = getattr(batch, self.attr)[idx]
         vals = getattr(batch, self.value_attr)[idx]
         ts = batch.ts[idx]

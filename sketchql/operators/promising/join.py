@@ -45,13 +45,14 @@ import numpy as np
 
 from ...errors import SketchQLError
 from .costs import COSTS
+from .output import PairOutput
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 
 _FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind")
 
 
-class PTJoin:
+class PTJoin(PairOutput):
     """Promising-tuple symmetric window join of two streams (module doc).
 
     Parameters
@@ -101,7 +102,7 @@ class PTJoin:
         self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS)
         self.account = 0.0
         self.now = -math.inf
-        self._out = {"a": [], "b": [], "ta": [], "tb": [], "val": []}
+        self._out = self._new_pair_log()
         self._ticks = 0
         self._asc_hist = ([], [])  # (counts, weights) of recent probes, for the outlier threshold
         self._covered: dict = {}   # sweep entry id -> cells already queued for its probe
@@ -308,20 +309,6 @@ class PTJoin:
         self._stats["outputs"] += k
 
     # ------------------------------------------------------------------ results
-    def _cat(self, k, dtype):
-        v = self._out[k]
-        return np.concatenate(v) if v else np.zeros(0, dtype)
-
-    def pairs(self):
-        """(rid of the stream-a member, rid of the stream-b member), in production order."""
-        return self._cat("a", np.int64), self._cat("b", np.int64)
-
-    def result(self) -> dict:
-        """Columnar output: ``rid_a, rid_b, ts_a, ts_b, value`` in production order."""
-        return {"rid_a": self._cat("a", np.int64), "rid_b": self._cat("b", np.int64),
-                "ts_a": self._cat("ta", np.float64), "ts_b": self._cat("tb", np.float64),
-                "value": self._cat("val", np.int64)}
-
     def stats(self) -> dict:
         return dict(self._stats, queued=len(self.queue), account=self.account)
 
