@@ -37,14 +37,25 @@ that reaches the join, read from the query contract at every step so that
   (2000: 1 ms = 2 units), the fixed conversion the benchmarks use;
 * no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple.
 
-Output: ISTREAM-like -- only ``+1`` rows, one per produced pair, never an
-expiration; ``at`` = ``max(max(ts_a, ts_b), t_prev)`` where ``t_prev`` is the
-time of the previous step: the event time at which the pair became valid
-(the ``at`` the exact join gives its ``+1`` row) when the pair is produced in
-the step that first covers that time, else the start of the step that
-produced it (a change cannot be reported in the past of what was already
-reported -- operators above check it).  The row's ``ts`` is always
-``max(ts_a, ts_b)``.  ``rid`` = ``mix_rids(seq_a, seq_b)``.  The row columns are those the exact
+Output: a windowed relation of the produced pairs -- ``snapshot(t)`` = the
+pairs produced so far that are still alive at ``t``.  A pair (a, b) of a
+window-``w`` join is alive while both members are in their windows, i.e. on
+``[max(ts_a, ts_b), min(ts_a, ts_b) + w)`` (the lifetime the exact
+:class:`~sketchql.operators.exact.SymmetricHashJoin` gives it).  Each
+produced pair gives a ``+1`` row at ``p = max(max(ts_a, ts_b), t_prev)``
+(capped at the step time), where ``t_prev`` is the time of the previous
+step: the event time at which the pair became valid (the ``at`` the exact
+join gives its ``+1`` row) when the pair is produced in the step that first
+covers that time, else the start of the step that produced it (a change
+cannot be reported in the past of what was already reported -- operators
+above check it); and a ``−1`` row with the same columns and rid at its
+expiry ``e = min(ts_a, ts_b) + w``, emitted by the step whose time reaches
+``e`` (also a step without arrivals, e.g. a heartbeat).  A pair produced
+*late* -- ``e <= p``, possible because PT probes out of arrival order -- was
+never alive in any snapshot from its production on: it gives neither row
+(counted in ``pt_pairs_late``).  Whole-stream window: nothing expires (only
+``+1`` rows).  The row's ``ts`` is always ``max(ts_a, ts_b)``.  ``rid`` =
+``mix_rids(seq_a, seq_b)``.  The row columns are those the exact
 join would give (``alias.column`` of both members), looked up by arrival
 number in a per-side store that keeps the tuples of the last two windows
 (a pair's members are both younger than ``now − 2w`` when it is produced).
@@ -59,6 +70,9 @@ number in a per-side store that keeps the tuples of the last two windows
 >>> eng.heartbeat("A", 5.0)
 >>> q.results()[["k", "A.ts", "B.ts"]].values.tolist()
 [[7.0, 1.0, 3.0]]
+>>> eng.heartbeat("A", 12.0); eng.heartbeat("B", 12.0)   # the pair expires at 1 + 10 = 11
+>>> len(q.snapshot(10.0)), len(q.snapshot(12.0)), q.changes().sign.tolist()
+(1, 0, [1, -1])
 """
 from __future__ import annotations
 
@@ -98,7 +112,15 @@ class PTJoinNode:
     side)`` with global arrival numbers ``seq``, ticks the PTJoin with
     ``allowance = budget_units()`` per arrival, and returns the pairs it
     produced as ``+1`` Changes (``at = max(ts_a, ts_b, previous step time)``, columns
-    ``prefix_a + col`` / ``prefix_b + col`` like the exact join).
+    ``prefix_a + col`` / ``prefix_b + col`` like the exact join), plus the
+    ``−1`` of every produced pair whose expiry ``e = min(ts_a, ts_b) + w``
+    is ``<= now`` (same columns and rid as its ``+1``; ``at = e``).  A pair is
+    thus in the output relation on ``[at_plus, e)``; a pair produced with
+    ``e <= at_plus`` (late: its first member had left the window before the
+    PT operator found it) is dropped -- neither row -- and counted in
+    ``pairs_late``.  Pending expirations live in numpy arrays (expiry, rid,
+    ts, columns); each step emits those with ``e <= now`` in one vectorized
+    pass.  ``window = inf``: nothing expires, nothing is kept pending.
 
     Parameters: ``op`` (a PTJoin over streams (0, 1) on column ``"key"``),
     ``keys`` (join column of each side), ``prefixes``, ``window`` (seconds,
@@ -114,6 +136,11 @@ class PTJoinNode:
     >>> out = node.step(2.0, Changes.inserts(a, a.ts, [0]), Changes.inserts(b, b.ts, [0]))
     >>> out.columns["A.ts"].tolist(), out.columns["B.ts"].tolist(), out.at.tolist()
     ([1.0], [2.0], [2.0])
+    >>> node.step(10.0) is None, node.pending_expirations()   # alive on [2, 11)
+    (True, 1)
+    >>> gone = node.step(11.0)
+    >>> gone.sign.tolist(), gone.at.tolist(), bool(gone.rid[0] == out.rid[0]), node.pending_expirations()
+    ([-1], [11.0], True, 0)
     """
 
     def __init__(self, op, keys, prefixes, window: float, budget_units):
@@ -127,6 +154,13 @@ class PTJoinNode:
         self._store = [None, None]
         self.pairs_out = 0
         self.pairs_lost = 0       # pairs whose member left the store (should stay 0)
+        self.pairs_late = 0       # pairs produced after their expiry (dropped: never alive)
+        self.pairs_expired = 0    # -1 rows emitted
+        # pending expirations: expiry time, rid, ts and columns of each live produced pair
+        self._pend_at = np.empty(0)
+        self._pend_rid = np.empty(0, np.int64)
+        self._pend_ts = np.empty(0)
+        self._pend_cols: Optional[dict] = None
         self.tuples_in = 0
         self.units_given = 0.0
         self.clock = -math.inf
@@ -147,6 +181,7 @@ class PTJoinNode:
         else:
             self.op.tick(_empty_batch(), np.zeros(0))
         out = self._collect(now)
+        out = self._expire(now, out)
         self._prune()
         self.clock = max(self.clock, float(now))
         return out
@@ -218,8 +253,40 @@ class PTJoinNode:
                     cols[self.prefixes[s] + c] = v[idx]
         ts = np.maximum(ta, tb)
         at = np.minimum(np.maximum(ts, self.clock), float(now))
+        end = np.minimum(ta, tb) + self.window            # the pair's expiry (inf: whole stream)
+        alive = end > at
+        if not alive.all():                                # late: never alive from `at` on
+            self.pairs_late += int((~alive).sum())
+            cols = {c: v[alive] for c, v in cols.items()}
+            ts, at, end, ra, rb = ts[alive], at[alive], end[alive], ra[alive], rb[alive]
+            if not len(ra):
+                return None
+        rid = mix_rids(ra, rb)
         self.pairs_out += len(ra)
-        return Changes.inserts(Batch(cols, ts=ts), at, mix_rids(ra, rb))
+        fin = np.isfinite(end)
+        if fin.any():
+            self._pend_at = np.concatenate([self._pend_at, end[fin]])
+            self._pend_rid = np.concatenate([self._pend_rid, rid[fin]])
+            self._pend_ts = np.concatenate([self._pend_ts, ts[fin]])
+            pc = self._pend_cols
+            self._pend_cols = ({c: v[fin] for c, v in cols.items()} if pc is None else
+                               {c: np.concatenate([pc[c], cols[c][fin]]) for c in pc})
+        return Changes.inserts(Batch(cols, ts=ts), at, rid)
+
+    def _expire(self, now: float, out: Optional[Changes]) -> Optional[Changes]:
+        """Append the −1 rows of the pending pairs with expiry <= now (removed from pending)."""
+        if not len(self._pend_at):
+            return out
+        due = self._pend_at <= float(now)
+        if not due.any():
+            return out
+        keep = ~due
+        gone = Changes.deletes(Batch({c: v[due] for c, v in self._pend_cols.items()}, ts=self._pend_ts[due]),
+                               self._pend_at[due], self._pend_rid[due])
+        self._pend_at, self._pend_rid, self._pend_ts = self._pend_at[keep], self._pend_rid[keep], self._pend_ts[keep]
+        self._pend_cols = {c: v[keep] for c, v in self._pend_cols.items()}
+        self.pairs_expired += len(gone)
+        return gone if out is None else Changes.concat([out, gone])   # concat sorts by (at, sign)
 
     def _find(self, side, seq):
         st = self._store[side]
@@ -232,8 +299,12 @@ class PTJoinNode:
         return np.where(ok, i, 0), ok
 
     # -- introspection ------------------------------------------------------
+    def pending_expirations(self) -> int:
+        """Produced pairs still alive (their −1 row not emitted yet)."""
+        return int(len(self._pend_at))
+
     def state_size(self) -> int:
-        return int(sum(len(st["__seq"]) for st in self._store if st is not None))
+        return int(sum(len(st["__seq"]) for st in self._store if st is not None)) + self.pending_expirations()
 
     def stats(self) -> dict:
         s = self.op.stats()
@@ -242,6 +313,8 @@ class PTJoinNode:
                 "pt_budget_units_per_tuple": float(self.budget_units()),
                 "pt_units_given": self.units_given, "pt_work": float(s["work"]),
                 "pt_pairs": self.pairs_out, "pt_pairs_lost": self.pairs_lost,
+                "pt_pairs_late": self.pairs_late, "pt_pairs_expired": self.pairs_expired,
+                "pt_pending_expirations": self.pending_expirations(),
                 "pt_queue": int(s["queued"]), "pt_probes": int(s["probes"]),
                 "pt_tuples_in": self.tuples_in, "pt_discarded": int(s["discarded"]),
                 "pt_stored_tuples": self.state_size()}
@@ -339,11 +412,14 @@ def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> P
     join.structure = "PT region index per stream + entry queue; member columns kept for 2 windows"
     join.params.update({"keys": keys, "window_s": window, "preference": pref, "fade": fade})
     join.op = PTJoinNode(op, keys, tuple(join.params["prefixes"]), window, budget_units)
-    # ISTREAM-like output: nothing above ever expires
-    for n in plan.root.walk():
-        if n is join:
-            break
-        n.pattern = MONO
-    join.pattern = MONO
-    plan.engine_reason += "; PTJoin (ISTREAM output: pairs only, no expirations)"
+    # windowed output: pairs expire at min(ts_a, ts_b) + w, not in arrival order (weak), as
+    # the exact join's edge annotate() labelled; whole stream: nothing expires (monotonic)
+    if math.isinf(window):
+        for n in plan.root.walk():
+            if n is join:
+                break
+            n.pattern = MONO
+        join.pattern = MONO
+    plan.engine_reason += ("; PTJoin (pairs only, no expirations)" if math.isinf(window) else
+                           "; PTJoin (pairs, each expiring at min(ts_a, ts_b) + w)")
     return plan
