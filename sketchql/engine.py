@@ -838,6 +838,13 @@ class Engine:
                 *plan.bound.query.pos)
         from .approx import BENCH_UNITS_PER_SECOND
         from .planner.promising_plan import promising_plan
+        if len(plan.bound.streams) == 1 and not plan.bound.tables:
+            from .planner.promising_single import promising_single_plan
+            mapped = promising_single_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
+            if mapped is not None:
+                return mapped
+            from .planner.promising_single import SINGLE_UNSUPPORTED
+            raise SketchQLSemanticError(SINGLE_UNSUPPORTED, *plan.bound.query.pos)
         return promising_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
 
     def deregister(self, query: Query):
