@@ -90,6 +90,20 @@ __all__ = ["PTJoinNode", "promising_plan", "DEFAULT_BUDGET_UNITS", "DEFAULT_FADE
 #: Work units per arriving tuple when the query has no WITHIN clause
 #: (knob ``budget`` of the query; the benchmarks' tight regime is ~20-200).
 DEFAULT_BUDGET_UNITS = 50.0
+
+
+def contract_budget(ct, units_per_second):
+    """Work units per tuple from a query contract, read at every call (so a
+    ``budget`` knob change takes effect at the next step): ``WITHIN n PROBES``
+    -> n; ``WITHIN n MS`` -> n/1000 * ``units_per_second``; none -> default."""
+
+    def budget_units() -> float:
+        if ct.budget is None:
+            return DEFAULT_BUDGET_UNITS
+        if (ct.budget_unit or "probes") == "ms":
+            return float(ct.budget) / 1000.0 * float(units_per_second)
+        return float(ct.budget)
+    return budget_units
 #: FADE FACTOR when the query gives none (paper section 3).
 DEFAULT_FADE = 0.8
 
@@ -394,14 +408,7 @@ def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> P
     op = build_promising_operator({"kind": "join", "window": None if math.isinf(window) else window,
                                    "preference": pref, "fade": fade, "streams": (0, 1), "key": "key",
                                    "seed": seed, "source": "index", "source_options": opts or None})
-    ct = bq.contract
-
-    def budget_units() -> float:
-        if ct.budget is None:
-            return DEFAULT_BUDGET_UNITS
-        if (ct.budget_unit or "probes") == "ms":
-            return float(ct.budget) / 1000.0 * float(units_per_second)
-        return float(ct.budget)
+    budget_units = contract_budget(bq.contract, units_per_second)
 
     aliases = join.params["aliases"]
     join.kind = "pt_join"

@@ -41,6 +41,7 @@ import numpy as np
 from ..operators.changes import Batch, Changes
 from . import ast as A
 from .plan import Plan, PlanNode
+from .promising_plan import contract_budget
 
 __all__ = ["PTSelectNode", "PTAggregateNode", "promising_single_plan", "SINGLE_UNSUPPORTED"]
 
@@ -50,18 +51,6 @@ SINGLE_UNSUPPORTED = (
     "single-stream range selections (SELECT ... FROM S [RANGE w] WHERE S.col BETWEEN lo AND hi, INT column, "
     "finite bounds) and single-stream AVG | SUM | COUNT | MEDIAN over such a range (finite RANGE window, "
     "no GROUP BY / HAVING); this single-stream query has another shape; add EXACT to evaluate this query exactly")
-
-
-def _budget_fn(ct, units_per_second):
-    from .promising_plan import DEFAULT_BUDGET_UNITS
-
-    def budget_units() -> float:
-        if ct.budget is None:
-            return DEFAULT_BUDGET_UNITS
-        if (ct.budget_unit or "probes") == "ms":
-            return float(ct.budget) / 1000.0 * float(units_per_second)
-        return float(ct.budget)
-    return budget_units
 
 
 def _arrivals(ch):
@@ -331,7 +320,7 @@ def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: floa
         return None
     parents = {id(c): n for n in plan.root.walk() for c in n.children}
     ct = bq.contract
-    budget_units = _budget_fn(ct, units_per_second)
+    budget_units = contract_budget(ct, units_per_second)
     rest = [c for i, c in enumerate(scan.params["pushed"]) if i not in used]
     wtxt = "whole stream" if math.isinf(window) else f"{window:g} s"
     if not bq.is_aggregate:
