@@ -12,7 +12,7 @@ import sys
 # Each room adds its own sub-commands: a module with ``register(subparsers)``
 # that imports its heavy dependencies lazily (inside the command function).
 _COMMAND_MODULES = [
-    "sketchql.planner.commands",     # query, explain
+    "sketchql.query_commands",       # query, explain (sits on the engine)
     "sketchql.operators.commands",   # replay
     "sketchql.spark.commands",       # spark-build, load-summary
     "sketchql.approx.commands",      # bench helpers

@@ -33,10 +33,10 @@ def _cmd_query(args) -> int:
     import numpy as np
     import pandas as pd
 
-    from ..engine import Engine
-    from ..errors import SketchQLError
-    from . import ast as A
-    from .parser import parse
+    from .engine import Engine
+    from .errors import SketchQLError
+    from .planner import ast as A
+    from .planner.parser import parse
 
     eng = Engine(seed=args.seed)
     try:
@@ -87,11 +87,11 @@ def _cmd_query(args) -> int:
 
 
 def _cmd_explain(args) -> int:
-    from ..engine import Engine
-    from ..errors import SketchQLError
-    from . import ast as A
-    from .explain import explain_plan
-    from .parser import parse
+    from .engine import Engine
+    from .errors import SketchQLError
+    from .planner import ast as A
+    from .planner.explain import explain_plan
+    from .planner.parser import parse
 
     eng = Engine()
     try:
