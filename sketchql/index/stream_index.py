@@ -899,21 +899,9 @@ class StreamIndex:
                        visited=visited)
 
     def _promising_regions_levelwise(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
-        """Promising regions of each probe value in the window (t_from, t_to] (columnar).
-
-        ``t_from``/``t_to`` are scalars or per-probe arrays.  For every
-        granularity the pyramid is descended from its root: at each node the
-        probe's estimate (median over rows of the node's summed sketch) is
-        compared with ``max(min_estimate, prune_sigma * sqrt(F2_node / w))``
-        (F2 of the node's bucket sketch); below it the whole subtree is pruned,
-        and nodes whose data range misses the window are skipped.  Each
-        estimate costs one work unit (``Regions.visited``); ``Regions.flat`` is
-        what evaluating every overlapping leaf cell would cost.  Leaf regions
-        carry the estimate pro-rated by the share of the cell's time range in
-        the window, and ``priority = estimate * fade ** (i - 1)``.  Structure T1
-        has no summaries: every overlapping cell is returned with its tuple
-        count as estimate.
-        """
+        """The same answer as :meth:`promising_regions` (see its docstring for
+        the pruning rule and the work units), computed by descending each
+        pyramid level by level; used for T1 and as the reference in tests."""
         keys = self._keys(values, "promising_regions")
         P = len(keys)
         tf, tt = self._window(P, t_from, t_to)

@@ -54,6 +54,15 @@ class EntryQueue:
         self.n = 0
         self.heap: list = []
 
+    def _store(self, cols: dict, k: int) -> np.ndarray:
+        """Append k entries' columns; return their entry ids."""
+        for f in self.fields:
+            self.cols[f].append(np.asarray(cols[f]))
+        self._arrays = None
+        ids = np.arange(self.n, self.n + k)
+        self.n += k
+        return ids
+
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
              weight: np.ndarray | None = None) -> int:
         """Queue entries; ``weight`` (weighted preference only) is the
@@ -61,11 +70,7 @@ class EntryQueue:
         k = int(priority.shape[0])
         if k == 0:
             return 0
-        for f in self.fields:
-            self.cols[f].append(np.asarray(cols[f]))
-        self._arrays = None
-        ids = np.arange(self.n, self.n + k)
-        self.n += k
+        ids = self._store(cols, k)
         if self.preference == "desc":
             key = -priority
         elif self.preference == "asc":
@@ -88,11 +93,7 @@ class EntryQueue:
         k = int(np.asarray(newest).shape[0])
         if k == 0:
             return 0
-        for f in self.fields:
-            self.cols[f].append(np.asarray(cols[f]))
-        self._arrays = None
-        ids = np.arange(self.n, self.n + k)
-        self.n += k
+        ids = self._store(cols, k)
         for it in zip([_LAST] * k, (-np.asarray(newest)).tolist(), ids.tolist()):
             heapq.heappush(self.heap, it)
         return k
