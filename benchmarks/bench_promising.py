@@ -31,6 +31,28 @@ Figures:
 * 16: AVG and SUM over those selections (window 60 s, answers every 5 s):
   MSE vs the exact aggregate, PT vs per-query aggregation.
 
+Bound (Figure 11, "upper bound" table): under the unit cost model an output
+pair costs at least one comparison and its prober (the later member, for PT
+and SHJ alike) at least one probe, so no operator can produce more than
+``sketchql.approx.output_upper_bound(window_match_counts, total budget)``
+pairs (greedy fractional knapsack over the probers, heaviest first).  The
+table shows that bound as % of the exact output, SHJ's and PT desc's
+efficiency (% of the bound), PT's own ceiling (the budget left after the
+insert + summary lookups PT pays for *every* arrival, at one output per unit)
+and ``max_ratio`` = bound / SHJ output: the highest desc/SHJ output ratio any
+operator could reach on that budget.
+
+Wall clock (``--wall``, on by default at 10 and 20 ms, one-minute window):
+the same join with ``TimeBudget(fraction=f, wall_clock=True)`` -- every
+arrival brings ``f * gap`` seconds of real time and each operator is charged
+the time it actually spends (after the unit-budget join figures, which have
+compiled the index's kernels).  Timings depend on the machine load.
+
+Selection (Figure 15a): besides % of output, the units per arrival each
+approach *needs* to answer all 100 queries (measured with an unlimited
+budget: work / arrivals) next to the units available per arrival
+(``units/second * mean gap``).
+
 Join metrics are scored on the whole run; ``--steady`` scores only the
 pairs whose later member arrives after the first full window (whole-stream
 window: after the first 10 s), in the exact and the produced answers alike.
@@ -50,8 +72,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from sketchql.approx import BENCH_UNITS_PER_SECOND, WorkBudget, evaluate_join, mse, replay  # noqa: E402
-from sketchql.data import generate_stores, interleave, make_range_queries  # noqa: E402
+from sketchql.approx import (  # noqa: E402
+    BENCH_UNITS_PER_SECOND, TimeBudget, WorkBudget, arrival_gaps, evaluate_join, mse, output_upper_bound, replay,
+)
+from sketchql.data import generate_stores, interleave, make_range_queries, window_match_counts  # noqa: E402
 from sketchql.operators.promising import (  # noqa: E402
     PerQueryAggregate, PTAggregate, PTJoin, PTJoinGroup, PTSelection, SimpleSelection, SimpleSHJ,
 )
@@ -110,6 +134,38 @@ def run_join(lam, window, duration, ups, source, seed=1, steady=False):
     res["shj64"] = evaluate_join(arr, window, *ops["shj64"].pairs(), t_from=t_from)
     res["_seconds"] = dt
     res["_n"] = len(arr)
+    rd = qs[0].result()
+    res["_lag"] = float(np.mean(rd["found_at"] - np.maximum(rd["ts_a"], rd["ts_b"]))) if len(rd["found_at"]) else 0.0
+    # the cost-model bound (whole run, whatever --steady says)
+    budget = float(WorkBudget(units_per_second=ups).allowance(arrival_gaps(arr.ts)).sum())
+    counts = window_match_counts(arr, window)
+    n_exact = float(counts.sum())
+    ub = output_upper_bound(counts, budget)
+    d = qs[0].stats()
+    ceil = min(ub, max(0.0, budget - d["insert_work"] - d["node_work"]))
+    out_shj, out_pt = float(ops["shj"].stats()["outputs"]), float(d["outputs"])
+    res["_bound"] = {"budget": budget, "ub_pct": 100.0 * ub / max(n_exact, 1.0),
+                     "shj_eff": 100.0 * out_shj / max(ub, 1.0), "pt_eff": 100.0 * out_pt / max(ub, 1.0),
+                     "pt_ceil_pct": 100.0 * ceil / max(n_exact, 1.0), "max_ratio": ub / max(out_shj, 1.0),
+                     "shj_pct": 100.0 * out_shj / max(n_exact, 1.0), "pt_pct": 100.0 * out_pt / max(n_exact, 1.0)}
+    return res
+
+
+def run_join_wall(lam, window, duration, fraction, seed=1):
+    """desc PT-Join vs SIMPLE-SHJ on a wall-clock budget (``fraction`` of each gap, seconds)."""
+    arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
+    ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed),
+           "shj": SimpleSHJ(window=window, max_backlog=fraction * TICK, name="shj")}
+    t0 = time.perf_counter()
+    replay(arr, ops, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=TICK)
+    dt = time.perf_counter() - t0
+    res = {k: evaluate_join(arr, window, *op.pairs()) for k, op in ops.items()}
+    for k, op in ops.items():
+        if res[k]["invalid"] or res[k]["duplicates"]:
+            raise AssertionError(f"{k}: invalid/duplicate join output (wall clock)")
+        res[k]["units"] = float(op.stats()["work"])
+    res["_seconds"] = dt
+    res["_cpu"] = fraction * float(arr.ts[-1] - arr.ts[0])
     return res
 
 
@@ -120,18 +176,27 @@ def run_join_seeds(lam, window, duration, ups, source, seeds, steady=False):
     for k, v in runs[0].items():
         if isinstance(v, dict):
             out[k] = {m: float(np.mean([r[k][m] for r in runs])) for m in v}
-        else:
-            out[k] = float(np.sum([r[k] for r in runs]))
+        else:   # totals for run time and size, means otherwise
+            out[k] = float((np.sum if k in ("_seconds", "_n") else np.mean)([r[k] for r in runs]))
     return out
 
 
 # ---------------------------------------------------------------- selections
-def run_selection(lam, n_queries, duration, ups, seed=3):
+def run_selection(lam, n_queries, duration, ups, seed=3, need=False):
     arr = interleave(generate_stores(1, duration=duration, mean_interarrival=lam, seed=seed))
     qs = make_range_queries(arr.item, n_queries, seed=seed)
     pt = PTSelection(qs, domain=(1, int(arr.item.max())), bank=ups * TICK)
     sb = SimpleSelection(qs, max_backlog=ups * TICK)
     replay(arr, {"pt": pt, "sb": sb}, WorkBudget(units_per_second=ups), tick_seconds=TICK)
+    extra = {}
+    if need:   # units per arrival each approach needs to answer every query (unlimited budget)
+        pt_u = PTSelection(qs, domain=(1, int(arr.item.max())))
+        sb_u = SimpleSelection(qs)
+        replay(arr, {"pt": pt_u, "sb": sb_u}, WorkBudget.unlimited(), tick_seconds=TICK)
+        pt_u.drain()
+        n = max(1, len(arr))
+        extra = {"avail": float(WorkBudget(units_per_second=ups).allowance(arrival_gaps(arr.ts)).sum()) / n,
+                 "need_simple": sb_u.stats()["work"] / n, "need_pt": pt_u.stats()["work"] / n}
     ex = [int(((arr.item >= lo) & (arr.item <= hi)).sum()) for lo, hi in qs]
     out = {}
     for name, op in (("pt", pt), ("simple", sb)):
@@ -139,6 +204,7 @@ def run_selection(lam, n_queries, duration, ups, seed=3):
         if any(len(r) != len(np.unique(r)) for r in rs):
             raise AssertionError(f"{name}: duplicate selection output")
         out[name] = 100.0 * float(np.mean([len(r) / e for r, e in zip(rs, ex) if e]))
+    out.update(extra)
     return out
 
 
@@ -208,6 +274,7 @@ def main(argv=None):
     ap.add_argument("--steady", action="store_true",
                     help="score the joins on the steady state only (pairs completed after the first window)")
     ap.add_argument("--seeds", type=int, default=1, help="data seeds averaged in the join figures")
+    ap.add_argument("--no-wall", action="store_true", help="skip the wall-clock join table")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -239,10 +306,22 @@ def main(argv=None):
                              r["shj64"]["pct_output"], r["desc"]["pct_output"],
                              r["desc"]["pct_output"] / max(r["shj"]["pct_output"], 1e-9),
                              r["desc"]["pct_output"] / max(r["shj0"]["pct_output"], 1e-9),
-                             r["shj"]["freshness"], r["desc"]["freshness"], r["_seconds"]])
-            table(f"Figures 11/12 -- desc PT-Join vs SIMPLE-SHJ, {label} (% of exact output, freshness s)",
+                             r["shj"]["freshness"], r["desc"]["freshness"], r["_lag"], r["_seconds"]])
+            table(f"Figures 11/12 -- desc PT-Join vs SIMPLE-SHJ, {label} (% of exact output, freshness s; "
+                  "pt_lag: mean s from a pair's completion to its discovery)",
                   ["ms", "exact", "shj%", "shj_nobuf%", "shj64%", "pt_desc%", "ratio", "ratio_nobuf", "shj_fresh",
-                   "pt_fresh", "sec"], rows)
+                   "pt_fresh", "pt_lag", "sec"], rows)
+        rows = []
+        for window in (60.0, math.inf):
+            for ms in rates:
+                bd = J[(window, ms)]["_bound"]
+                rows.append(["60s" if math.isfinite(window) else "whole", ms, bd["budget"], bd["ub_pct"], bd["shj_pct"],
+                             bd["pt_pct"], bd["shj_eff"], bd["pt_eff"], bd["pt_ceil_pct"], bd["max_ratio"]])
+        table("Figure 11 bound -- most output ANY operator can reach on the budget (unit cost model: >= 1 compare "
+              "per output, >= 1 probe per prober), % of exact; efficiency = % of that bound; pt_ceil% = budget minus "
+              "PT's per-arrival insert + summary lookups, at one output per unit; max_ratio = bound / SHJ output",
+              ["window", "ms", "units", "bound%", "shj%", "pt_desc%", "shj_eff%", "pt_eff%", "pt_ceil%", "max_ratio"],
+              rows)
         rows = []
         for window in (60.0, math.inf):
             for ms in rates:
@@ -286,11 +365,26 @@ def main(argv=None):
                "PT-Join asc": (rates, [100 * J[(60.0, m)]["asc"]["outlier_precision"] for m in rates])}],
              ["% of output tuples", "% of outliers in output"])
 
+    if "join" in only and not args.no_wall:
+        fracs = [0.02] if args.quick else [0.005, 0.02, 0.1]
+        rows = []
+        for f in fracs:
+            for ms in (10, 20):
+                r = run_join_wall(ms / 1000.0, 60.0, join_dur, f)
+                rows.append([ms, f, r["_cpu"], r["pt"]["n_exact"], r["shj"]["pct_output"], r["pt"]["pct_output"],
+                             r["pt"]["pct_output"] / max(r["shj"]["pct_output"], 1e-9), r["shj"]["units"],
+                             r["pt"]["units"], r["_seconds"]])
+        table("Wall-clock budget -- desc PT-Join vs SIMPLE-SHJ, one-minute window: each arrival brings "
+              "cpu_frac * gap seconds; units = work units each got done in that real time (noisy: shared machine)",
+              ["ms", "cpu_frac", "cpu_s", "exact", "shj%", "pt_desc%", "ratio", "shj_units", "pt_units", "sec"], rows)
+
     if "selection" in only:
-        S = {ms: run_selection(ms / 1000.0, 100, sel_dur, ups) for ms in sel_rates}
-        table("Figure 15a -- 100 selections (selectivity 5-10 %): mean % of each query's output",
-              ["ms", "simple%", "pt%", "gain"], [[ms, S[ms]["simple"], S[ms]["pt"], S[ms]["pt"] / max(S[ms]["simple"], 1e-9)]
-                                                for ms in sel_rates])
+        S = {ms: run_selection(ms / 1000.0, 100, sel_dur, ups, need=True) for ms in sel_rates}
+        table("Figure 15a -- 100 selections (selectivity 5-10 %): mean % of each query's output; units per arrival "
+              "available vs needed to answer all 100 queries (measured with an unlimited budget)",
+              ["ms", "simple%", "pt%", "gain", "avail/arr", "simple_need/arr", "pt_need/arr"],
+              [[ms, S[ms]["simple"], S[ms]["pt"], S[ms]["pt"] / max(S[ms]["simple"], 1e-9), S[ms]["avail"],
+                S[ms]["need_simple"], S[ms]["need_pt"]] for ms in sel_rates])
         for ms in (100, 10):
             for q in qcounts:
                 SQ[(ms, q)] = S[ms] if (q == 100 and ms in S) else run_selection(ms / 1000.0, q, sel_dur, ups)

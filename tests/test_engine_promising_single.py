@@ -43,12 +43,13 @@ def test_selection_huge_budget_equals_exact():
 
 
 def test_selection_tight_budget_subset():
-    sql = "SELECT S.k, S.v FROM S [RANGE 10] WHERE S.k >= 20 AND S.k < 61 "
+    # 80 % of the tuples qualify: 1 unit per tuple left after the insert cannot scan them all
+    sql = "SELECT S.k, S.v FROM S [RANGE 10] WHERE S.k >= 20 AND S.k < 181 "
     _, _, _, snaps, qp = _run(sql + "WITH PREFERENCE desc S.k WITHIN 2 PROBES PER TUPLE", sql + "EXACT")
     tot_pt = tot_ex = 0
     for pt, ex, m in snaps:
         assert set(pt["v"].tolist()) <= set(ex["v"].tolist())
-        assert pt["k"].between(20, 60).all()
+        assert pt["k"].between(20, 180).all()
         tot_pt += len(pt)
         tot_ex += len(ex)
     assert 0 < tot_pt < tot_ex
@@ -93,3 +94,29 @@ def test_unsupported_shapes_raise(sql):
     eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
     with pytest.raises(SketchQLSemanticError, match="EXACT"):
         eng.register(sql)
+
+
+def _pt_stats(q):
+    return [o for o in q.stats()["operators"] if o["node"] == "pt_aggregate"][0]
+
+
+@pytest.mark.parametrize("func,units", [("SUM", 1), ("AVG", 1), ("COUNT", 2)])
+def test_aggregate_error_contract_on_miss_exact(func, units):
+    arg = "*" if func == "COUNT" else "S.v"
+    base = f"SELECT {func}({arg}) AS a FROM S [RANGE 10] WHERE S.k BETWEEN 20 AND 60 "
+    pref = f"WITH PREFERENCE weighted S.k WITHIN {units} PROBES PER TUPLE "
+    ts, k, v, snaps, qp = _run(base + pref + "WITH ERROR 0.01 ON MISS EXACT", base + "EXACT")
+    st = _pt_stats(qp)
+    assert st["pt_contract_misses"] > 0 and st["pt_exact_fallbacks"] == st["pt_contract_misses"]
+    for pt, ex, m in snaps:
+        est, err = pt["a"].iloc[0], pt["a_error"].iloc[0]
+        assert err <= 0.01 * abs(est) + 1e-12          # every answer meets the contract ...
+        if err == 0.0:                                  # ... the fallbacks are the exact answer
+            sel = m & (k >= 20) & (k <= 60)
+            brute = {"AVG": v[sel].mean(), "SUM": v[sel].sum(), "COUNT": sel.sum()}[func]
+            assert est == pytest.approx(brute, rel=1e-9)
+    # ON MISS RETURN (the default): estimates are returned as they are, misses counted
+    _, _, _, snaps2, q2 = _run(base + pref + "WITH ERROR 0.01", base + "EXACT")
+    st2 = _pt_stats(q2)
+    assert st2["pt_contract_misses"] > 0 and st2["pt_exact_fallbacks"] == 0
+    assert any(not (p["a_error"].iloc[0] <= 0.01 * abs(p["a"].iloc[0])) for p, _, _ in snaps2)

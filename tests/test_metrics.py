@@ -98,3 +98,64 @@ def test_evaluate_join_catches_invented_and_duplicate_pairs():
     j = int(np.flatnonzero((arr.stream == 1) & (arr.item != arr.item[i]))[0])
     r2 = evaluate_join(arr, w, np.r_[pa, i, pa[0]], np.r_[pb, j, pb[0]])
     assert r2["invalid"] == 1 and r2["duplicates"] == 1
+
+
+def _best_integer_output(m, budget):
+    """Brute force: every prober i yields o_i in 0..m_i pairs at cost 1[o_i > 0] + o_i."""
+    import itertools
+
+    best = 0
+    for o in itertools.product(*[range(k + 1) for k in m]):
+        cost = sum(x + (x > 0) for x in o)
+        if cost <= budget:
+            best = max(best, sum(o))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_output_upper_bound_bounds_every_allocation(seed):
+    from sketchql.approx import output_upper_bound
+
+    rng = np.random.default_rng(seed)
+    m = rng.integers(0, 6, 5)
+    for budget in (0, 1, 3, 7, 12, 40):
+        ub = output_upper_bound(m, budget)
+        best = _best_integer_output(m.tolist(), budget)
+        assert best <= ub + 1e-9 and ub < best + 1.0 + 1e-9   # fractional knapsack: within one output
+    assert output_upper_bound(np.zeros(3), 10) == 0.0
+
+
+def test_no_join_operator_beats_the_upper_bound():
+    from sketchql.approx import output_upper_bound
+    from sketchql.data import window_match_counts
+    from sketchql.operators.promising import PTJoin, SimpleSHJ
+
+    arr = interleave(generate_stores(2, duration=30.0, mean_interarrival=0.01, seed=4))
+    budget = WorkBudget(units_per_second=2000)
+    ops = {"shj": SimpleSHJ(20.0, max_backlog=500), "shj0": SimpleSHJ(20.0),
+           "desc": PTJoin(20.0, "desc"), "mini": PTJoin(20.0, "desc", source="mini")}
+    replay(arr, ops, budget, tick_seconds=0.25)
+    ub = output_upper_bound(window_match_counts(arr, 20.0), float(budget.allowance(arrival_gaps(arr.ts)).sum()))
+    n_exact = len(exact_join_pairs(arr, 20.0)[0])
+    assert ub < n_exact   # the budget binds
+    for name, op in ops.items():
+        assert 0 < len(op.pairs()[0]) <= ub, name
+
+
+def test_wall_clock_budget_runs_operators_on_real_time():
+    from sketchql.operators.promising import PTJoin, PTJoinGroup, SimpleSHJ
+
+    tb = TimeBudget(fraction=0.5, wall_clock=True)
+    assert np.allclose(tb.allowance(np.array([0.01, 0.2])), [0.005, 0.1])
+    with pytest.raises(SketchQLError):
+        TimeBudget(fraction=0.0)
+    arr = interleave(generate_stores(2, duration=10.0, mean_interarrival=0.02, seed=5))
+    ops = {"pt": PTJoin(5.0, "desc"), "g": PTJoinGroup([PTJoin(5.0, "asc"), PTJoin(5.0, "weighted")]),
+           "shj": SimpleSHJ(5.0, max_backlog=0.01)}
+    replay(arr, ops, tb, tick_seconds=0.25)
+    assert ops["pt"].wall and ops["shj"].wall and all(q.wall for q in ops["g"].queries)
+    for op in (ops["pt"], ops["shj"], *ops["g"].queries):   # whatever the timing: exact subset, no duplicates
+        r = evaluate_join(arr, 5.0, *op.pairs())
+        assert r["invalid"] == 0 and r["duplicates"] == 0
+    with pytest.raises(SketchQLError, match="wall-clock"):
+        replay(arr, {"r": _Recorder()}, tb)

@@ -21,7 +21,11 @@ Two ways to say how much work an operator may do per input tuple:
   inserting a tuple costs ``t_ins`` and reaching one output tuple ``t_hit``.
   With a measured time per work unit ``t_unit`` it converts a gap to units as
   ``units = g / t_unit`` (``calibrate`` measures ``t_unit``); it is *not*
-  deterministic and only the service uses it.
+  deterministic and only the service uses it.  With ``wall_clock=True`` the
+  budget is real time: each arrival brings ``fraction * gap`` *seconds*, and
+  :func:`~sketchql.approx.replay` switches every operator to charging the
+  time it actually spends (``time.perf_counter``) instead of work units --
+  the benchmarks use it to show what happens when the cost is real time.
 
 >>> b = WorkBudget(units_per_second=2000)
 >>> b.allowance(np.array([0.01, 0.1])).tolist()
@@ -106,6 +110,11 @@ class TimeBudget:
     t_hit: float = 10e-6
     t_unit: float = 5e-4
     fraction: float = 1.0
+    wall_clock: bool = False
+
+    def __post_init__(self):
+        if not (self.fraction > 0 and math.isfinite(self.fraction)):
+            raise SketchQLError(f"TimeBudget: fraction must be a finite number > 0, got {self.fraction!r}")
 
     def outputs_per_input(self, mean_interarrival: float) -> float:
         """N_o/p = (lambda - t_ins) / t_hit (paper equation 1), floored at 0."""
@@ -115,6 +124,9 @@ class TimeBudget:
         return WorkBudget(units_per_second=self.fraction / self.t_unit)
 
     def allowance(self, gaps: np.ndarray) -> np.ndarray:
+        """Work units per arrival, or (``wall_clock``) seconds of real time."""
+        if self.wall_clock:
+            return np.maximum(np.asarray(gaps, dtype=np.float64), 0.0) * float(self.fraction)
         return self.to_work_budget().allowance(gaps)
 
     @classmethod

@@ -184,3 +184,41 @@ def evaluate_join(arrivals, window: float, seq_a, seq_b, k: int = 100, q: float 
         "invalid": int((~valid).sum()),
         "duplicates": dups,
     }
+
+
+def output_upper_bound(match_counts, budget_units: float, probe_cost: float = 1.0,
+                       compare_cost: float = 1.0) -> float:
+    """The most join output *any* operator can produce with ``budget_units``
+    work units in total, under the unit cost model.
+
+    Argument: every output pair costs at least one comparison, and a pair is
+    found by probing with one of its members -- both PT-Join and SIMPLE-SHJ
+    find it from its *later* member, whose ``match_counts[i] = m_i`` partners
+    (:func:`sketchql.data.window_match_counts`) are all it can yield; a probe
+    tuple that yields anything costs at least one ``probe``.  Inserts, summary
+    lookups and wasted comparisons only lower what an operator reaches, so the
+    maximum of ``sum(outputs)`` subject to ``sum(probe + compare * outputs_i)
+    <= budget`` -- a fractional knapsack, solved greedily by ``m_i``
+    descending (value ``m``, cost ``probe + compare * m``: the heaviest probes
+    are the most efficient) -- bounds every such operator.  The budget is
+    pooled over the whole run (an operator cannot use budget before it
+    arrives, so the true maximum is lower still).
+
+    >>> output_upper_bound(np.array([10, 0, 3, 1]), 100.0)
+    14.0
+    >>> output_upper_bound(np.array([10, 0, 3, 1]), 13.0)   # 11 units: 10 outputs; 2 left: 1 probe + 1
+    11.0
+    """
+    m = np.sort(np.asarray(match_counts, np.float64))[::-1]
+    m = m[m > 0]
+    if not m.shape[0] or budget_units <= 0:
+        return 0.0
+    cost = probe_cost + compare_cost * m
+    cum = np.cumsum(cost)
+    k = int(np.searchsorted(cum, budget_units, side="right"))
+    out = float(m[:k].sum())
+    if k < m.shape[0]:
+        left = budget_units - (cum[k - 1] if k else 0.0)
+        out += max(0.0, left - probe_cost) / compare_cost if left > probe_cost else 0.0
+        out = min(out, float(m[: k + 1].sum()))
+    return float(out)

@@ -13,6 +13,10 @@ Operator protocol (duck-typed)::
     op.tick(batch: Arrivals, allowance: np.ndarray)  # allowance[k]: units of arrival k
     op.finish()                                       # optional, after the last batch
     op.stats() -> dict                                # optional
+    op.set_wall_clock(True)                           # required for a wall-clock budget
+                                                      # (TimeBudget(wall_clock=True)):
+                                                      # allowances are then seconds and the
+                                                      # operator charges the time it spends
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave
@@ -71,6 +75,12 @@ def replay(arrivals, operators: dict, budget, batch_size: int = 16, tick_seconds
     given) runs after every batch, ``now`` = the batch's last timestamp.
     Returns ``operators``."""
     allowance = budget.allowance(arrival_gaps(arrivals.ts))
+    if getattr(budget, "wall_clock", False):
+        for name, op in operators.items():
+            if not hasattr(op, "set_wall_clock"):
+                raise SketchQLError(f"replay: operator {name!r} cannot run on a wall-clock budget "
+                                    "(no set_wall_clock)")
+            op.set_wall_clock(True)
     bounds = batch_bounds(arrivals.ts, batch_size, tick_seconds)
     for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         sl = slice(start, stop)

@@ -15,7 +15,12 @@ engine then raises its error asking for EXACT):
   (:class:`PTAggregateNode` around ``PTAggregate``, whose preference is fixed
   by the function, paper 4.3).  Output: one row ``<name>`` (estimate) and
   ``<name>_error`` (~95 % bound), as ``−old/+new`` changes at each step where
-  it changed.
+  it changed.  The contract ``WITH ERROR e`` is checked on that bound
+  (``error <= e * |estimate|``); a miss is counted (``pt_contract_misses``)
+  and, with ``ON MISS EXACT``, the answer is replaced by the exact aggregate
+  of the stored window tuples (error 0).  ``ON MISS RETURN`` (default) returns
+  the estimate; ``ON MISS FAIL`` is treated as RETURN (the engine has no
+  per-query failure channel) -- the miss is still counted.
 
 Other conjuncts on S stay pushed below the window (they filter before the PT
 operator).  Budget: units per arriving tuple exactly as for the join
@@ -203,10 +208,14 @@ class PTAggregateNode(_Base):
     ([3.5], [0.0])
     """
 
-    def __init__(self, op, attr, value, window, budget_units, name):
+    def __init__(self, op, attr, value, window, budget_units, name, max_rel_error=None, on_miss=None):
         super().__init__(op, attr, value, window, budget_units)
         self.name = name
         self._last = None
+        self.max_rel_error = None if max_rel_error is None else float(max_rel_error)
+        self.on_miss = (on_miss or "return").lower()
+        self.misses = 0
+        self.exact_fallbacks = 0
 
     def step(self, now: float, ch=None) -> Optional[Changes]:
         now = float(now)
@@ -214,6 +223,11 @@ class PTAggregateNode(_Base):
         self._feed(rows)
         est, err = self.op.answer(0, now)
         est, err = float(est), float(err)
+        if self.max_rel_error is not None and not (err <= self.max_rel_error * abs(est)):
+            self.misses += 1
+            if self.on_miss == "exact":
+                est, err = self._exact(now), 0.0
+                self.exact_fallbacks += 1
         self.clock = max(self.clock, now)
         cur = (est, err)
         if self._last is not None and _same(self._last, cur):
@@ -224,6 +238,23 @@ class PTAggregateNode(_Base):
         self._last = (est, err, now)
         parts.append(Changes.inserts(self._row(est, err, now), [now], [0]))
         return Changes.concat(parts) if len(parts) > 1 else parts[0]
+
+    def _exact(self, now: float) -> float:
+        """The exact aggregate over the window tuples the operator stores."""
+        op = self.op
+        ix = op.index
+        zs = ix.zones_between(now - op.window, now)
+        lo = ix.zones[zs[0]]["lo"] if zs else ix.n
+        q = op.queries[0]
+        k, t, v = ix.vals[lo: ix.n], ix.ts[lo: ix.n], ix.aux[lo: ix.n]
+        x = v[(t > now - op.window) & (t <= now) & (k >= q.lo) & (k <= q.hi)]
+        if op.func == "count":
+            return float(x.shape[0])
+        if op.func == "sum":
+            return float(x.sum())
+        if not x.shape[0]:
+            return float("nan")
+        return float(x.mean()) if op.func == "avg" else float(np.median(x))
 
     def _row(self, est, err, ts):
         return Batch({self.name: np.array([est]), self.name + "_error": np.array([err]),
@@ -236,6 +267,8 @@ class PTAggregateNode(_Base):
         d = super().stats()
         if self._last is not None:
             d.update({"pt_estimate": self._last[0], "pt_error": self._last[1]})
+        if self.max_rel_error is not None:
+            d.update({"pt_contract_misses": self.misses, "pt_exact_fallbacks": self.exact_fallbacks})
         return d
 
 
@@ -366,16 +399,17 @@ def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: floa
         return None
     name = an.params["specs"][0]["name"]
     op = build_promising_operator({"kind": "aggregate", "func": func, "predicates": [(lo, hi)], "key": col,
-                                   "value": value, "window": window, "domain": (lo - 1, hi + 2), "seed": seed})
-    # domain one value wider each side: out-of-range values are clamped into edge buckets that
-    # the predicate does not cover (else COUNT, read from full buckets' counts, would include them)
+                                   "value": value, "window": window, "domain": (lo, hi), "seed": seed})
+    # the domain is the predicate's range: values outside it go to the index's own
+    # under/overflow buckets (never into the edge buckets), which this query does not cover
     an.kind = "pt_aggregate"
     an.children = [scan]
     an.label = (f"PromisingTupleAggregate {func.upper()}({src.alias}.{value if func != 'count' else '*'}) "
                 f"WHERE {src.alias}.{col} BETWEEN {lo:g} AND {hi:g} PREFERENCE {op.preference} WINDOW {wtxt}")
     an.structure = "PT region index (value buckets x time zones, count sketches) + pending-region heap"
     an.params.update({"attr": col, "value": value, "func": func, "window_s": window})
-    an.op = PTAggregateNode(op, col, None if func == "count" else value, window, budget_units, name)
+    an.op = PTAggregateNode(op, col, None if func == "count" else value, window, budget_units, name,
+                            max_rel_error=ct.error, on_miss=ct.on_miss)
     if func == "count":
         an.op.value = value
     scan.params["pushed"] = rest

@@ -7,7 +7,11 @@ operators (``source="mini"``).  It implements only what the operators need:
 * fixed-length time zones (``zone_seconds``) x ``n_buckets`` value buckets
   (``bucket = hash64(value) mod n_buckets``, or equi-width value *ranges*
   when ``range_domain=(lo, hi)`` is given -- range predicates need ordered
-  buckets);
+  buckets; then two more buckets hold the values outside the domain:
+  ``n_range`` (= the ``n_buckets`` asked for) for ``value < lo`` and
+  ``n_range + 1`` for ``value > hi``, so an edge bucket only ever holds
+  values of its own range -- clamping them into the edge buckets made a range
+  covering the whole domain count out-of-domain values);
 * per zone a :class:`~sketchql.summaries.CountSketch` of the values
   (Estimate(x) per zone) and exact per-bucket tuple counts (the cell sizes);
 * granularity of a zone at time ``now``: ``i = 1`` while the zone ended less
@@ -37,7 +41,9 @@ class MiniIndex:
     def __init__(self, n_buckets: int = 64, zone_seconds: float = 5.0, t1: float = 10.0, rate: int = 2,
                  depth: int = 4, keep: float = math.inf, seed: int = 0, range_domain=None,
                  sketch_w: int = 256, sketch_d: int = 3):
-        self.n_buckets = int(n_buckets)
+        self.n_range = int(n_buckets)
+        # range mode: + an underflow and an overflow bucket (module doc)
+        self.n_buckets = self.n_range + (2 if range_domain is not None else 0)
         self.zone_seconds = float(zone_seconds)
         self.t1, self.rate, self.depth = float(t1), int(rate), int(depth)
         self.keep = float(keep)
@@ -59,8 +65,11 @@ class MiniIndex:
         values = np.asarray(values)
         if self.range_domain is not None:
             lo, hi = self.range_domain
-            b = np.floor((values.astype(np.float64) - lo) / (hi - lo + 1e-12) * self.n_buckets)
-            return np.clip(b, 0, self.n_buckets - 1).astype(np.int64)
+            v = values.astype(np.float64)
+            b = np.clip(np.floor((v - lo) / (hi - lo + 1e-12) * self.n_range), 0, self.n_range - 1).astype(np.int64)
+            b[v < lo] = self.n_range
+            b[v > hi] = self.n_range + 1
+            return b
         return (hash64(values, self.seed ^ 0xB0C3) % np.uint64(self.n_buckets)).astype(np.int64)
 
     def _reserve(self, k):

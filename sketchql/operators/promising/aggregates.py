@@ -31,6 +31,11 @@ Answer at ``now`` (``answer(qi, now) -> (estimate, error)``):
   sum_unscanned N_c``; ``AVG = SUM / COUNT``; ``MEDIAN`` = weighted median of
   the scanned prices, each bucket's tuples weighted by (estimated qualifying
   tuples of the bucket) / (scanned ones);
+* the zone straddling the window start contributes its unscanned tuples
+  pro-rated by the share of their possible time span inside the window; that
+  span is the zone's, or -- when the cell was scanned (or the whole zone was
+  swept while open) at clock ``t_s`` -- ``(t_s, zone end)``, since a cell's
+  unscanned remainder arrived after its last scan;
 * ``m_b`` falls back to the mean of every tuple of bucket b scanned by any
   query (prices depend on the item, so a bucket's mean is shared by the
   queries covering it), then to the query's mean;
@@ -112,6 +117,11 @@ class PTAggregate(PTSelection):
                 vs = v[keep]
                 js = np.array([pos[int(x)] for x in vb[keep]], np.int64)
             self._pvals.append((np.asarray(vs, np.int64), np.asarray(js, np.int64)))
+        # the partial values of every query, estimated once per zone state for all queries
+        allv = [v for v, _ in self._pvals if v.shape[0]]
+        self._allv = np.unique(np.concatenate(allv)) if allv else np.zeros(0, np.int64)
+        self._pv_at = [np.searchsorted(self._allv, v) for v, _ in self._pvals]
+        self._zest: dict = {}           # zone -> (tuples in the zone, estimates of _allv, error bound)
 
     # ------------------------------------------------------------ summaries
     def _zone_frac(self, qi, z):
@@ -130,14 +140,21 @@ class PTAggregate(PTSelection):
         vs, js = self._pvals[qi]
         zone = self.index.zones.get(z)
         if zone is not None and vs.shape[0]:
-            sk = zone["sketch"]
-            est = np.maximum(sk.estimate(vs).astype(np.float64), 0.0)
+            n_z = zone["hi"] - zone["lo"]
+            ze = self._zest.get(z)
+            if ze is None or ze[0] != n_z:
+                sk = zone["sketch"]
+                ze = (n_z, np.maximum(sk.estimate(self._allv).astype(np.float64), 0.0), float(sk.error_bound(0.9)))
+                self._zest[z] = ze
+                if len(self._zest) > 4 * (len(self.index.zones) + 1):
+                    self._zest = {k: v for k, v in self._zest.items() if k in self.index.zones}
+            est = ze[1][self._pv_at[qi]]
             in_b = np.bincount(js, weights=est, minlength=b.shape[0])
             n_v = np.bincount(js, minlength=b.shape[0])
             cnt = zone["counts"][b].astype(np.float64)
             part = n_v > 0
             share[part] = np.clip(in_b[part] / np.maximum(cnt[part], 1.0), 0.0, 1.0)
-            unc[part] = np.minimum(float(sk.error_bound(0.9)) * np.sqrt(n_v[part]), cnt[part])
+            unc[part] = np.minimum(ze[2] * np.sqrt(n_v[part]), cnt[part])
         elif vs.shape[0]:
             share = frac.copy()
         if z < math.floor(self.now / self.index.zone_seconds):
@@ -216,10 +233,21 @@ class PTAggregate(PTSelection):
                         s_bkt.append(np.full(v.shape[0], j))
             rem = (cnt - done).astype(np.float64)
             share, unc = self._zone_frac(qi, z)
-            unscanned_n += rem * share * tfrac
-            count_unc += float((unc * rem / np.maximum(cnt, 1) * tfrac).sum())
+            tf = np.full(b.shape[0], tfrac)
             if tfrac < 1.0:
-                count_unc += float((rem * share * min(tfrac, 1 - tfrac)).sum())
+                # a cell's unscanned remainder arrived after its last scan (cells grow
+                # in arrival order): it lies in (the operator's clock at that scan, zone
+                # end), not spread over the whole zone
+                upto_t = self._upto_t[qi]
+                t_zone = self._zone_t[qi].get(z, -math.inf)
+                for j in np.flatnonzero(rem > 0).tolist():
+                    t_last = max(float(upto_t.get((z, int(b[j])), -math.inf)), t_zone)
+                    if t_last > zs:
+                        tf[j] = min(1.0, max(0.0, (ze - max(lo_t, t_last)) / max(ze - t_last, 1e-12)))
+            unscanned_n += rem * share * tf
+            count_unc += float((unc * rem / np.maximum(cnt, 1) * tf).sum())
+            if tfrac < 1.0:
+                count_unc += float((rem * share * np.minimum(tf, 1 - tf)).sum())
         vals = np.concatenate(s_vals) if s_vals else np.zeros(0)
         vb = np.concatenate(s_bkt) if s_bkt else np.zeros(0, np.int64)
         n = vals.shape[0]

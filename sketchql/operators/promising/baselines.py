@@ -37,6 +37,7 @@ catch up on).
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -85,13 +86,21 @@ class SimpleSHJ(PairOutput):
         # hash bucket -> [rids, ts, start, values]
         self.tables = [defaultdict(lambda: [[], [], 0, []]) for _ in range(2)]
         self.busy = _Busy(max_backlog)
+        self.wall = False
         self._out = self._new_pair_log()
         self._stats = {"work": 0.0, "insert_work": 0.0, "outputs": 0, "processed": 0, "dropped": 0,
                        "compares": 0, "tuples_in": 0}
 
+    def set_wall_clock(self, on: bool = True) -> None:
+        """Wall-clock budget: allowances (and ``max_backlog``) are seconds and a
+        processed arrival costs the real time spent on it (``perf_counter``)."""
+        self.wall = bool(on)
+
     def tick(self, batch, allowance) -> None:
         kv = getattr(batch, self.key)
         keys = kv.tolist()
+        wall = self.wall
+        clock = time.perf_counter
         if self.n_buckets is None:
             bks = keys
         else:
@@ -117,6 +126,7 @@ class SimpleSHJ(PairOutput):
                 st["dropped"] += 1
                 busy.advance(al[k])
                 continue
+            t_start = clock() if wall else 0.0
             v, t, r, bk = keys[k], tss[k], seqs[k], bks[k]
             ent = self.tables[1 - side].get(bk)
             n_cmp = 0
@@ -144,6 +154,7 @@ class SimpleSHJ(PairOutput):
                     else:
                         out["a"].append(y); out["b"].append(xr); out["ta"].append(yt); out["tb"].append(xt)
                     out["val"].append(np.full(n_hit, v, np.int64))
+                    out["at"].append(xt)
                     st["outputs"] += n_hit
             mine = self.tables[side][bk]
             mine[0].append(r)
@@ -161,7 +172,7 @@ class SimpleSHJ(PairOutput):
             st["compares"] += n_cmp
             st["processed"] += 1
             if not unlimited:
-                busy.run(cost)
+                busy.run(clock() - t_start if wall else cost)
             busy.advance(al[k])
 
     def finish(self) -> None:

@@ -19,13 +19,33 @@ For every arrival ``x1`` of stream S1 (symmetrically S2):
 Pair semantics (same as the oracle :func:`sketchql.data.window_match_counts`):
 ``x`` (stream a) and ``y`` (stream b) join iff ``x.key == y.key`` and
 ``|x.ts - y.ts| < w``; the pair is found by the *later* arrival's entry (rid
-order), so every pair can be produced at most once -- no duplicates.  An entry
-whose probe tuple has left the window (``x.ts <= now - w``) is discarded
-unprocessed: its results have already expired.
+order), so every pair can be produced at most once -- no duplicates.  A
+pair is a result of the window join at time ``t`` while both members are in
+the window (``min(x.ts, y.ts) > t - w``).  An entry probed during a tick whose
+arrivals start at ``t0`` is discarded unprocessed (and uncharged) if its
+probe tuple left the window before the tick (``x.ts <= t0 - w``) or if its
+cell holds nothing newer than ``t0 - w`` (every partner there has expired);
+otherwise the cell scan keeps only partners with ``y.ts > max(x.ts - w,
+t0 - w)`` -- a pair that had expired before the tick in which it is found is
+not produced (with an ample budget every pair is found in its own tick).
+
+Aging (``aging``, see :mod:`.queue`): the priority of a queued entry decays
+with its age, ``p * exp(-lambda (now - t_enqueue))`` (asc: grows, so old
+entries come later), ordered lazily through the key ``log p + lambda t``.
+Default ``lambda = -ln(alpha) / T1`` (fade factor alpha, T1 the first
+granularity's length): an entry loses a factor alpha per T1 seconds of age,
+the rate at which regions fade across granularities.  weighted is not aged by
+default (its goal is a near-uniform sample of the window's output; aging would
+bias it to the newest pairs); ``aging=<lambda>`` ages every preference,
+``aging=False`` or ``0`` turns it off.
 
 Work units (``sketchql.approx.UNIT_COSTS``, the same prices SIMPLE-SHJ pays):
 ``insert`` per ingested tuple, ``node`` per (probe, zone) summary estimate,
-``probe`` per cell opened and ``compare`` per stored tuple of the cell.
+``probe`` per cell opened and ``compare`` per stored tuple of the cell.  On a
+wall-clock budget (``set_wall_clock(True)``, done by ``replay`` for
+``TimeBudget(wall_clock=True)``) the account is in seconds and is charged the
+real time spent (``time.perf_counter``) in ingest + planning and per queue
+entry; the work units are still counted in ``stats()``.
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave, exact_join_pairs
@@ -40,6 +60,7 @@ True
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -72,12 +93,14 @@ class PTJoin(PairOutput):
     outlier_quantile : asc only -- the preferred answer set is the values
         whose estimated count is in this lowest quantile.
     weight : the query's CPU weight when several queries share the CPU.
+    aging : ``None`` (default: ``-ln(fade) / T1`` for desc and asc, off for
+        weighted), ``False``/``0`` (off) or lambda in 1/seconds (module doc).
     """
 
     def __init__(self, window: float = 60.0, preference: str = "desc", fade: float = 0.8,
                  streams=(0, 1), key: str = "item", seed: int = 0, source="index",
                  source_options: dict | None = None, outlier_quantile: float = 0.05,
-                 weight: float = 1.0, name: str = "pt_join"):
+                 weight: float = 1.0, name: str = "pt_join", aging=None):
         if not (window > 0):
             raise SketchQLError(f"PTJoin: window must be > 0 seconds, got {window!r}")
         if not (0 < fade <= 1):
@@ -99,27 +122,51 @@ class PTJoin(PairOutput):
         else:
             self.sources = [make_source(source, self.window, seed, source_options) for _ in range(2)]
         self._dedup = set() if any(s.may_repeat for s in self.sources) else None
-        self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS)
+        self.aging = self._aging_rate(aging)
+        self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS, aging=self.aging)
         self.account = 0.0
+        self.wall = False
         self.now = -math.inf
+        self._t0 = -math.inf   # first timestamp of the current tick's batch
         self._out = self._new_pair_log()
         self._ticks = 0
         self._asc_hist = ([], [])  # (counts, weights) of recent probes, for the outlier threshold
         self._covered: dict = {}   # sweep entry id -> cells already queued for its probe
         self._asc_thr = math.inf
         self._stats = {"work": 0.0, "insert_work": 0.0, "node_work": 0.0, "probes": 0, "compares": 0,
-                       "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0}
+                       "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
+                       "discarded_partners_expired": 0}
+
+    def _aging_rate(self, aging) -> float:
+        if aging is None:
+            if self.preference == "weighted" or self.fade >= 1.0:
+                return 0.0
+            t1 = min(float(getattr(s, "t1", math.inf)) for s in self.sources)
+            return -math.log(self.fade) / t1 if math.isfinite(t1) and t1 > 0 else 0.0
+        if aging is False:
+            return 0.0
+        lam = float(aging)
+        if not (lam >= 0 and math.isfinite(lam)):
+            raise SketchQLError(f"PTJoin: aging must be None, False or a finite lambda >= 0 (1/s), got {aging!r}")
+        return lam
 
     # ------------------------------------------------------------------ driver
+    def set_wall_clock(self, on: bool = True) -> None:
+        """Charge real seconds instead of work units (module doc)."""
+        self.wall = bool(on)
+
     def tick(self, batch, allowance) -> None:
         """Ingest a batch of arrivals, queue their promising regions, then
         probe the queue with the batch's budget (``allowance`` per arrival)."""
         self.account += float(np.sum(allowance))
         if len(batch) == 0:
             return
+        t = time.perf_counter() if self.wall else 0.0
         sides = self.ingest(batch)
         self.charge_ingest(sides)
         self.plan(batch, sides)
+        if self.wall:
+            self.account -= time.perf_counter() - t
         self.drain()
 
     def ingest(self, batch):
@@ -147,6 +194,7 @@ class PTJoin(PairOutput):
         ``cache`` (shared by the queries of a :class:`PTJoinGroup` within one
         tick) reuses the regions of identical lookups."""
         self.now = max(self.now, float(batch.ts[-1]))
+        self._t0 = max(self._t0, float(batch.ts[0]))
         keys = getattr(batch, self.key)
         for side, rows in sides:
             other = self.sources[1 - side]
@@ -172,7 +220,8 @@ class PTJoin(PairOutput):
                         "side": np.full(r.shape[0], side, np.int8), "cell": cell, "gran": gran,
                         "kind": np.zeros(r.shape[0], np.int8)}
                 wgt = np.power(self.fade, (gran - 1).astype(np.float64)) if self.preference == "weighted" else None
-                self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt)
+                self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt,
+                                                         t=batch.ts[r])
             # the "when idle" sweep of each admitted probe's non-promising cells
             r = rows[admitted]
             if r.shape[0]:
@@ -195,7 +244,7 @@ class PTJoin(PairOutput):
         self._ticks += 1
         if self._ticks % 256 == 0 and math.isfinite(self.window):
             E = self.queue.arrays()
-            horizon = self.now - self.window
+            horizon = self._t0 - self.window
             self.queue.prune(lambda ids: E["ts"][ids] > horizon)
             self._covered = {k: v for k, v in self._covered.items() if E["ts"][k] > horizon}
 
@@ -241,7 +290,8 @@ class PTJoin(PairOutput):
         pass
 
     def _charge(self, units, what=None):
-        self.account -= units
+        if not self.wall:
+            self.account -= units
         self._stats["work"] += units
         if what:
             self._stats[what] += units
@@ -255,8 +305,17 @@ class PTJoin(PairOutput):
         E = self.queue.arrays()
         e_rid, e_ts, e_val, e_side, e_cell, e_kind = E["rid"], E["ts"], E["val"], E["side"], E["cell"], E["kind"]
         w = self.window
-        horizon = self.now - w
+        horizon = self._t0 - w   # expired before this tick began (module doc)
+        wall = self.wall
+        clock = time.perf_counter
+        last = clock() if wall else 0.0
         while self.account > 0 and len(self.queue):
+            if wall:   # charge the time of the previous entry
+                t = clock()
+                self.account -= t - last
+                last = t
+                if self.account <= 0:
+                    break
             e = self.queue.pop()
             x_ts = float(e_ts[e])
             if x_ts <= horizon:
@@ -265,18 +324,24 @@ class PTJoin(PairOutput):
                 continue
             side = int(e_side[e])
             src = self.sources[1 - side]
+            t_lo = max(x_ts - w, horizon)   # partners older than t0 - w have expired
             if e_kind[e] == 0:
                 cells = (int(e_cell[e]),)
+                if src.cell_end(cells[0]) <= t_lo:
+                    self._stats["discarded_partners_expired"] += 1
+                    continue
             else:
-                cells = src.rest_cells(e_val[e], x_ts - w, x_ts, self._covered.pop(e, ()))
+                cells = src.rest_cells(e_val[e], t_lo, x_ts, self._covered.pop(e, ()))
                 self._stats["sweeps"] += 1
             for c in cells:
-                y_rid, y_ts, comps = src.scan(c, e_val[e], x_ts - w, x_ts)
+                y_rid, y_ts, comps = src.scan(c, e_val[e], t_lo, x_ts)
                 self._charge(COSTS["probe"] + COSTS["compare"] * comps)
                 self._stats["probes"] += 1
                 self._stats["compares"] += comps
                 if y_rid.shape[0]:
                     self._emit(int(e_rid[e]), x_ts, side, y_rid, y_ts, e_val[e])
+        if wall:
+            self.account -= clock() - last
         if not len(self.queue):
             self.account = min(self.account, 0.0)
 
@@ -306,6 +371,7 @@ class PTJoin(PairOutput):
         else:
             out["a"].append(y_rid); out["b"].append(xr); out["ta"].append(y_ts); out["tb"].append(xt)
         out["val"].append(np.full(k, val))
+        out["at"].append(np.full(k, self.now))
         self._stats["outputs"] += k
 
     # ------------------------------------------------------------------ results
@@ -351,18 +417,28 @@ class PTJoinGroup:
         w = np.array([q.weight for q in self.queries], np.float64)
         self.shares = w / w.sum() if cpu == "shared" else np.ones(len(self.queries))
 
+    def set_wall_clock(self, on: bool = True) -> None:
+        for q in self.queries:
+            q.set_wall_clock(on)
+
     def tick(self, batch, allowance) -> None:
         units = float(np.sum(allowance))
         if len(batch) == 0:
             for q, sh in zip(self.queries, self.shares):
                 q.account += units * sh
             return
+        clock = time.perf_counter
+        t = clock()
         sides = self._lead.ingest(batch)
+        t_ingest = clock() - t
         cache = {}
         for q, sh in zip(self.queries, self.shares):
             q.account += units * sh
+            t = clock()
             q.charge_ingest(sides, share=sh)
             q.plan(batch, sides, cache if q.window == self._lead.window else None)
+            if q.wall:   # the shared ingest is split like the units
+                q.account -= clock() - t + t_ingest * sh
             q.drain()
 
     def finish(self) -> None:

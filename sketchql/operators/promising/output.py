@@ -8,11 +8,12 @@ import numpy as np
 
 class PairOutput:
     """Mixin: join pairs appended as numpy chunks to ``self._out`` (keys ``a, b,
-    ta, tb, val``: rid and ts of each member, and the join value)."""
+    ta, tb, val, at``: rid and ts of each member, the join value, and the event
+    time ``now`` at which the pair was found)."""
 
     @staticmethod
     def _new_pair_log() -> dict:
-        return {"a": [], "b": [], "ta": [], "tb": [], "val": []}
+        return {"a": [], "b": [], "ta": [], "tb": [], "val": [], "at": []}
 
     def _cat(self, k, dtype):
         v = self._out[k]
@@ -23,10 +24,11 @@ class PairOutput:
         return self._cat("a", np.int64), self._cat("b", np.int64)
 
     def result(self) -> dict:
-        """Columnar output: ``rid_a, rid_b, ts_a, ts_b, value`` in production order."""
+        """Columnar output: ``rid_a, rid_b, ts_a, ts_b, value, found_at`` in
+        production order (``found_at - max(ts_a, ts_b)`` is the discovery lag)."""
         return {"rid_a": self._cat("a", np.int64), "rid_b": self._cat("b", np.int64),
                 "ts_a": self._cat("ta", np.float64), "ts_b": self._cat("tb", np.float64),
-                "value": self._cat("val", np.int64)}
+                "value": self._cat("val", np.int64), "found_at": self._cat("at", np.float64)}
 
 
 def fold_allowance(mask: np.ndarray, share: np.ndarray):

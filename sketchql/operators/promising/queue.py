@@ -22,10 +22,35 @@ Entries live in a columnar table (numpy arrays that grow); the heap holds
   values sharing a bucket with a heavy hitter.)
 
 Ties are broken by the newest probe tuple first, then by entry id.
+
+**Aging** (``aging = lambda`` per second of event time, 0 = off).  A
+priority fixed at enqueue time would let an entry queued a whole window ago
+outrank a slightly less promising fresh one forever: under overload ``desc``
+then works through old entries and produces almost none of the newest pairs.
+With aging the *effective* priority of an entry queued at event time ``t``
+is, at any later time ``now``::
+
+    p_eff(now) = p * exp(-lambda * (now - t))          (desc, weighted)
+    p_eff(now) = p * exp(+lambda * (now - t))          (asc: older = later)
+
+and the heap key is the time-independent ``log p + lambda * t`` (negated
+for desc), because ``log p_eff(now) = log p + lambda * t - lambda * now``
+and the last term is common to every entry: the order of the keys is the
+order of ``p_eff(now)`` for every ``now``, so aging needs no re-heapify.
+(weighted: ``key = log E - log w - lambda * t``, i.e. the exponential-key
+draw with the aged weight ``w * exp(-lambda (now - t))``.)
+
+The default lambda (chosen by :class:`~.join.PTJoin`) ties aging to the fade
+factor: ``lambda = -ln(alpha) / T1`` (T1 = length of the first
+granularity), so an entry loses a factor ``alpha`` per ``T1`` seconds of
+age -- the same rate at which a region's priority fades by ``alpha^(i-1)``
+when it moves from granularity i to i+1 (exactly for the first step, faster
+than the geometric granularity lengths later on).
 """
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -43,10 +68,23 @@ def check_preference(pref: str) -> str:
 
 
 class EntryQueue:
-    """Columnar entry table + heap.  ``push(cols, priority, cost)``, ``pop()``."""
+    """Columnar entry table + heap.  ``push(cols, priority, cost)``, ``pop()``.
 
-    def __init__(self, preference: str, seed: int = 0, fields=()):
+    ``aging``: lambda (1/seconds, >= 0) of the lazy exponential aging (module
+    doc); ``push(..., t=event times)`` then ages the entries from ``t``.
+
+    >>> q = EntryQueue("desc", fields=("x",), aging=math.log(2))  # halves per second
+    >>> _ = q.push({"x": np.array([0, 1])}, np.array([3.0, 2.0]), np.ones(2), np.array([0, 1]),
+    ...            t=np.array([0.0, 1.0]))
+    >>> q.pop()   # 3 * 2^-1 < 2 at any now >= 1: the fresher entry first
+    1
+    """
+
+    def __init__(self, preference: str, seed: int = 0, fields=(), aging: float = 0.0):
         self.preference = check_preference(preference)
+        if not (aging >= 0 and math.isfinite(aging)):
+            raise SketchQLError(f"EntryQueue: aging must be a finite lambda >= 0 (1/s), got {aging!r}")
+        self.aging = float(aging)
         self.rng = np.random.default_rng([int(seed), 0x9E11])
         self.fields = tuple(fields)
         self.cols = {f: [] for f in self.fields}
@@ -64,20 +102,30 @@ class EntryQueue:
         return ids
 
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
-             weight: np.ndarray | None = None) -> int:
+             weight: np.ndarray | None = None, t: np.ndarray | None = None) -> int:
         """Queue entries; ``weight`` (weighted preference only) is the
-        sampling weight, default ``priority / cost``."""
+        sampling weight, default ``priority / cost``; ``t`` the entries'
+        event times (aging; required when ``aging > 0``)."""
         k = int(priority.shape[0])
         if k == 0:
             return 0
         ids = self._store(cols, k)
+        lam = self.aging
+        if lam > 0 and t is None:
+            raise SketchQLError("EntryQueue.push: aging > 0 needs the entries' event times t")
+        priority = np.asarray(priority, np.float64)
         if self.preference == "desc":
-            key = -priority
+            key = -priority if lam == 0 else -(np.log(np.maximum(priority, 1e-300)) + lam * np.asarray(t, np.float64))
         elif self.preference == "asc":
-            key = priority.astype(np.float64)
+            key = priority.copy() if lam == 0 else np.log(np.maximum(priority, 1e-300)) - lam * np.asarray(t, np.float64)
         else:
             w = np.maximum(priority, 1e-12) / np.maximum(cost, 1.0) if weight is None else weight
-            key = self.rng.exponential(size=k) / np.maximum(w, 1e-300)
+            e = self.rng.exponential(size=k)
+            if lam == 0:
+                key = e / np.maximum(w, 1e-300)
+            else:
+                key = (np.log(np.maximum(e, 1e-300)) - np.log(np.maximum(w, 1e-300))
+                       - lam * np.asarray(t, np.float64))
         items = list(zip(key.tolist(), (-np.asarray(newest)).tolist(), ids.tolist()))
         if len(items) > len(self.heap):
             self.heap.extend(items)

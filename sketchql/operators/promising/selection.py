@@ -114,6 +114,8 @@ class PTSelection:
         self._t_start = [-math.inf] * nq        # last zone number consumed (as float)
         self._pending = [[] for _ in range(nq)]  # heaps of (key, -zone, bucket)
         self._upto = [dict() for _ in range(nq)]  # (zone, bucket) -> cell tuples already scanned
+        self._upto_t = [dict() for _ in range(nq)]  # (zone, bucket) -> ``now`` of its last scan
+        self._zone_t = [dict() for _ in range(nq)]  # zone -> ``now`` of its last complete idle pass
         self._account = [0.0] * nq
         self._out = [[] for _ in range(nq)]
         w = np.array([q.weight for q in self.queries], np.float64)
@@ -124,11 +126,22 @@ class PTSelection:
                        "tuples_in": 0, "regions_dropped": 0}
 
     def _buckets_of(self, q: RangeQuery):
+        """(buckets overlapping ``q``, share of each bucket's value range inside
+        ``q``).  The out-of-domain buckets (see :mod:`._miniindex`) are added,
+        as partial (share 0.5: unknown, refined by the sketches and by scans),
+        when ``q`` reaches beyond the domain."""
         ov = np.minimum(self._b_hi, q.hi + 1) - np.maximum(self._b_lo, q.lo)
         width = self._b_hi - self._b_lo
         frac = np.clip(ov / width, 0.0, 1.0)
         b = np.flatnonzero(frac > 0)
-        return b, frac[b]
+        frac = frac[b]
+        nr = self.index.n_range
+        extra = [nr] if q.lo < self.domain[0] else []
+        extra += [nr + 1] if q.hi > self.domain[1] else []
+        if extra:
+            b = np.r_[b, np.array(extra, np.int64)]
+            frac = np.r_[frac, np.full(len(extra), 0.5)]
+        return b, frac
 
     def tick(self, batch, allowance) -> None:
         units = float(np.sum(allowance))
@@ -199,6 +212,7 @@ class PTSelection:
         k0 = upto.get((z, bb), 0)
         pos = pos[k0:]
         upto[(z, bb)] = k0 + pos.shape[0]
+        self._upto_t[qi][(z, bb)] = self.now
         v = idx.vals[pos]
         hit = (v >= q.lo) & (v <= q.hi)
         if math.isfinite(self.window):
@@ -237,12 +251,16 @@ class PTSelection:
                 done = np.array([upto.get((cur, bb), 0) for bb in b.tolist()], np.int64)
                 rem = cnt - done
                 ok = np.flatnonzero(rem > 0)
+                complete = True
                 if ok.shape[0]:
                     order = ok[np.argsort(self._keys(qi, cur, b[ok], rem[ok], frac[ok]), kind="stable")]
                     for j in order.tolist():
                         if acct <= 0:
+                            complete = False
                             break
                         acct = self._scan(qi, cur, int(b[j]), acct)
+                if complete:   # every tuple of the zone so far is scanned: the rest arrives later
+                    self._zone_t[qi][cur] = self.now
             if acct > 0:  # idle: at most ``bank`` units (split by weight) are kept for later
                 acct = min(acct, self.bank * self._share[qi])
         self._account[qi] = acct

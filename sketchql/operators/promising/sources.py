@@ -15,6 +15,10 @@ Interface::
         -> (probe, cell, estimate, granularity, priority, n_tuples, nodes)
     scan(cell, value, t_from, t_to) -> (rids, ts, work)  matches in (t_from, t_to]
     total(values, t_from, t_to) -> estimated counts over the window
+    cell_end(cell) -> newest timestamp the cell can hold (-inf: gone); a
+        cell with ``cell_end <= now - w`` holds only expired partners
+    t1                                                    length (s) of the
+        first granularity (the default aging rate of PT-Join uses it)
     may_repeat                                            True if two cells can
         later resolve to the same tuples (COLLAPSE): the join then deduplicates.
 """
@@ -36,6 +40,11 @@ class MiniSource:
         self.ix = MiniIndex(n_buckets=n_buckets, zone_seconds=zone_seconds, t1=t1, rate=rate, depth=depth,
                             keep=keep, seed=seed, sketch_w=1024, sketch_d=5)
         self.min_estimate = float(min_estimate)
+        self.t1 = float(t1)
+
+    def cell_end(self, cell) -> float:
+        z = int(cell)
+        return (z + 1) * self.ix.zone_seconds if z in self.ix.zones else -math.inf
 
     def ingest(self, values, ts, rids) -> int:
         return self.ix.ingest(values, ts, rids)
@@ -98,6 +107,21 @@ class IndexSource:
             cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=64, w=256, seed=seed)
             index = StreamIndex(decl, cfg)
         self.ix = index
+        self.t1 = float(index.decl.granularity)
+
+    def cell_end(self, cell) -> float:
+        """Newest timestamp of the cell's zone (after COLLAPSE: of the zone it
+        was merged into); ``+inf`` if the index cannot say (never skipped).
+        NOTE: uses StreamIndex internals (``_resolve``, ``Zone.max_ts``)."""
+        from ...index.results import split_cell
+
+        resolve = getattr(self.ix, "_resolve", None)
+        if resolve is None:
+            return math.inf
+        z = resolve(int(split_cell(int(cell))[0]))
+        if z is None or getattr(z, "n", 1) == 0:
+            return -math.inf
+        return float(getattr(z, "max_ts", math.inf))
 
     def ingest(self, values, ts, rids) -> int:
         rep = self.ix.ingest(np.asarray(values), np.asarray(ts, np.float64), np.asarray(rids, np.int64))
