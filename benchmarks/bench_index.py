@@ -3,31 +3,45 @@
 Two store streams (exponential inter-arrival, mean 100 ms; Zipf(1.1) item
 numbers over 2000 items whose popularity ranking drifts every 45 s),
 ``CREATE SUMMARY .. WITH GRANULARITY 30 SECONDS AND COLLAPSE(2, 3)``, and the
-join ``S1.item = S2.item`` over a one-minute window.
+join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
 
 - t_ins: wall time per tuple to ingest both streams in 5-second batches
   (what the index costs per arriving tuple at this rate).
 - t_hit: wall time per output tuple of the join probe: every arriving S1
-  tuple x (batched per 5-second step) finds its matches among the S2 tuples
-  with ts in (x.ts - 60, x.ts].  T2-T4: ``probe_many`` (the pyramid descent
-  of the whole probe batch on the index's cached query view, then one
-  gather of the surviving cells; same matches as ``promising_regions`` +
-  ``probe_regions``).  The view is rebuilt lazily by the first probe after
-  each ingest, and that rebuild is part of t_hit.  T1: a raw scan of the
-  window (vectorized comparison of each probe with every tuple of the
-  window), same probe batches.
-- t_hit warm: the same probe batch run a second time right after (for
-  T2-T4 the view is then cached): what a probe costs without the rebuild,
-  e.g. when several probe batches or queries share one ingest.
+  tuple x (batched per 5-second step, ~50 probes) finds its matches among
+  the S2 tuples with ts in (x.ts - 60, x.ts].  Probe paths (rows):
+  ``T2``-``T4``: ``probe_many``, compiled (:mod:`sketchql.index.kernels`:
+  pyramid descent + matching of the whole batch in one numba kernel over the
+  incrementally maintained view of :mod:`sketchql.index.kview`; the view
+  refresh after each ingest is part of t_hit); ``T4 numpy``: the numpy
+  reference path of the same call (``use_kernels=False``).  T1 (raw window,
+  no summaries), three shipped paths: ``T1 bcast`` (numpy: ``window_tuples``
+  then every probe compared with every window tuple in one broadcast),
+  ``T1 scan`` (``scan_window_many``: ``window_tuples`` then a compiled
+  binary search + scan per probe) and ``T1 probe`` (``probe_many`` of a T1
+  index, compiled: every overlapping zone scanned, incremental view).  The
+  headline ratio uses the fastest T1 path of the run.
+- t_hit warm: the same probe batch run a second time right after (nothing
+  to refresh): what a probe costs when several probes share one ingest.
 - N_o/p = (lambda - t_ins) / t_hit at lambda = 100 ms (paper equation 1).
-- recall: outputs found / exact join outputs (T1 is exact).
+- recall: outputs found / exact join outputs (T1 is exact); work/out: tuples
+  compared + pyramid nodes evaluated per output.
 - ingest throughput: tuples/s ingesting one million tuples (``--quick``:
-  300k) in batches of 10k, best of 3 runs, wall clock (the summary line)
-  and CPU time of the ingesting thread (less sensitive to other processes), on a faster stream (10k tuples/s, so a batch spans
-  one second of event time; at 10 tuples/s a 10k batch would span 1000 s and
-  per-period COLLAPSE bookkeeping would dominate).
+  300k) in batches of 10k, best of 3 runs, wall clock (the summary line) and
+  CPU time of the ingesting thread, on a faster stream (10k tuples/s, so a
+  batch spans one second of event time).
+- T4 per 5 s batch: where T4's compiled path spends its time per probe
+  batch (ingest of the S2 batch, the lazy view refresh, the probe call).
+- extra rows (information, not the headline): per-arrival probing (each S1
+  tuple probes alone right after the S2 tuples up to its timestamp were
+  ingested) and denser streams (same 60 s window, 5 s batches).
 
-Timings are wall clock on a shared machine: noisy.  Last line:
+Every join run is repeated (``--repeat``, default 3; the rows' runs are
+interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
+is the same ratio measured with the probing thread's CPU time (less
+sensitive to other processes on the shared machine).  The numba kernels are compiled (or loaded from
+their cache) before any timing.  Timings are wall clock on a shared
+machine: noisy.  Last line:
 ``t4_ingest_tuples_per_s=<n> t_hit_ratio_t1_over_t4=<x> n_op_t4_at_100ms=<x>``
 """
 from __future__ import annotations
@@ -37,7 +51,7 @@ import time
 
 import numpy as np
 
-from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration
+from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration, kernels
 
 WINDOW = 60.0
 LAMBDA = 0.100
@@ -61,16 +75,44 @@ def config(structure):
                        check_every=64, max_zone_length=30.0 if structure == "T4" else None)
 
 
-def run_join(structure, s1, s2, step=5.0):
+PATHS = {  # row label -> (structure, probe path)
+    "T1 bcast": ("T1", "broadcast"), "T1 scan": ("T1", "window_scan"), "T1 probe": ("T1", "probe_many"),
+    "T2": ("T2", "probe_many"), "T3": ("T3", "probe_many"), "T4": ("T4", "probe_many"),
+    "T4 numpy": ("T4", "probe_many_numpy"),
+}
+T1_ROWS = ("T1 bcast", "T1 scan", "T1 probe")
+
+
+def run_join(structure, s1, s2, step=5.0, path="probe_many", repeat=1):
+    """Join runs (fastest t_hit of ``repeat``); ``path``: how S1 probes S2's index (see the module
+    doc): ``probe_many`` (compiled), ``probe_many_numpy`` (the numpy reference), ``window_scan``
+    (compiled raw-window scan, ``scan_window_many``), or ``broadcast`` (numpy comparison of every
+    probe with every window tuple).  ``step=None``: per-arrival probing."""
+    runs = [_run_join(structure, s1, s2, step, path) for _ in range(max(1, repeat))]
+    return best(runs)
+
+
+def best(runs):
+    """The run with the fastest t_hit; warm and CPU-time figures are the minimum over the runs too."""
+    r = dict(min(runs, key=lambda r: r["t_hit_us"]))
+    for k in ("t_warm_us", "t_hit_cpu_us"):
+        r[k] = min(x[k] for x in runs)
+    return r
+
+
+def _run_join(structure, s1, s2, step, path):
     decl2 = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
     decl1 = SummaryDeclaration("s1", "Store1", "ItemNo", granularity=30.0, rate=2, depth=3)
     ix1, ix2 = StreamIndex(decl1, config(structure)), StreamIndex(decl2, config(structure))
+    if path == "probe_many_numpy":
+        ix2.use_kernels = False
     (v1, t1), (v2, t2) = s1, s2
     end = max(t1[-1], t2[-1])
-    t_ins = t_probe = t_warm = 0.0
+    t_ins = t_probe = t_warm = t_cpu = 0.0
     n_ins = outputs = exact = work = visited = 0
     a1 = a2 = 0
-    for hi in np.arange(step, end + step, step):
+    his = np.arange(step, end + step, step) if step else np.unique(t1)
+    for hi in his:
         b1 = int(np.searchsorted(t1, hi, side="right"))
         b2 = int(np.searchsorted(t2, hi, side="right"))
         t0 = time.perf_counter()
@@ -83,19 +125,23 @@ def run_join(structure, s1, s2, step=5.0):
         if b1 > a1 and hi > WINDOW:          # probe once the window is full
             pv, pt = v1[a1:b1], t1[a1:b1]
             for rep in range(2):                # rep 1: the same batch again (warm)
-                t0 = time.perf_counter()
-                if structure == "T1":
+                t0, c0 = time.perf_counter(), time.thread_time()
+                if path == "broadcast":
                     win = ix2.window_tuples(pt[0] - WINDOW, pt[-1])
                     eq = (pv[:, None] == win.values[None, :]) & \
                         (win.timestamps[None, :] > (pt - WINDOW)[:, None]) & (win.timestamps[None, :] <= pt[:, None])
                     p_idx, k = np.nonzero(eq)
                     found, w_, v_ = len(p_idx), eq.size, 0
+                elif path == "window_scan":
+                    m = ix2.scan_window_many(pv, pt - WINDOW, pt)
+                    found, w_, v_ = len(m), m.work, 0
                 else:
                     m = ix2.probe_many(pv, pt - WINDOW, pt, fade=0.8)
                     found, w_, v_ = len(m), m.work + m.visited, m.visited
                 dt = time.perf_counter() - t0
                 if rep == 0:
                     t_probe += dt
+                    t_cpu += time.thread_time() - c0
                     work += w_
                     visited += v_
                 else:
@@ -111,6 +157,7 @@ def run_join(structure, s1, s2, step=5.0):
         "t_ins_us": 1e6 * t_ins / n_ins,
         "t_hit_us": 1e6 * t_probe / max(outputs, 1),
         "t_warm_us": 1e6 * t_warm / max(outputs, 1),
+        "t_hit_cpu_us": 1e6 * t_cpu / max(outputs, 1),
         "outputs": outputs, "recall": outputs / max(exact, 1),
         "work_per_output": work / max(outputs, 1),
         "zones": st["zones"], "changes": st["counters"]["zones_change"],
@@ -129,46 +176,100 @@ def ingest_throughput(structure, n):
     return len(v) / (time.perf_counter() - t0), len(v) / max(time.thread_time() - c0, 1e-9)
 
 
+def t4_breakdown(s1, s2, step=5.0):
+    """Mean microseconds per 5 s probe batch of T4's compiled path: ingest of the S2 batch, view
+    refresh (``_kernel_view``), and the probe itself (hash + descent + matching + result)."""
+    decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
+    ix = StreamIndex(decl, config("T4"))
+    (v1, t1), (v2, t2) = s1, s2
+    ing, ref, prb = [], [], []
+    a2 = 0
+    for hi in np.arange(step, t2[-1] + step, step):
+        b2 = int(np.searchsorted(t2, hi, side="right"))
+        t0 = time.perf_counter()
+        ix.ingest(v2[a2:b2], t2[a2:b2])
+        t1_ = time.perf_counter()
+        a1, b1 = np.searchsorted(t1, [hi - step, hi], side="right")
+        pv, pt = v1[a1:b1], t1[a1:b1]
+        if hi > WINDOW and b1 > a1:
+            ix._kernel_view()
+            t2_ = time.perf_counter()
+            ix.probe_many(pv, pt - WINDOW, pt, fade=0.8)
+            t3_ = time.perf_counter()
+            ing.append(t1_ - t0), ref.append(t2_ - t1_), prb.append(t3_ - t2_)
+        a2 = b2
+    us = lambda x: 1e6 * float(np.mean(x))
+    return us(ing), us(ref), us(prb)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10 minutes of stream, 300k-tuple ingest run")
     ap.add_argument("--duration", type=float, default=None, help="seconds of event time per stream")
+    ap.add_argument("--repeat", type=int, default=3, help="join runs per row (fastest t_hit kept)")
     args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    kernels.warm_up()                     # compile / load the numba kernels outside the timed region
+    t_warm = time.perf_counter() - t0
     duration = args.duration or (600.0 if args.quick else 3600.0)
     n_thr = 300_000 if args.quick else 1_000_000
     s1 = store_stream(duration, seed=1)
     s2 = store_stream(duration, seed=2)
-    rows = {}
-    for st in ("T1", "T2", "T3", "T4"):
-        r = run_join(st, s1, s2)
+    rows, thr = {}, {}
+    joins = {label: [] for label in PATHS}
+    for _ in range(max(1, args.repeat)):          # interleaved repeats: load changes hit every row alike
+        for label, (st, path) in PATHS.items():
+            joins[label].append(run_join(st, s1, s2, path=path))
+    for label, (st, path) in PATHS.items():
+        r = best(joins[label])
         r["n_op"] = (LAMBDA - r["t_ins_us"] * 1e-6) / (r["t_hit_us"] * 1e-6)
-        runs = [ingest_throughput(st, n_thr) for _ in range(3)]      # best of 3 (shared machine)
-        r["ingest_tps"] = max(x[0] for x in runs)
-        r["ingest_cpu_tps"] = max(x[1] for x in runs)
-        rows[st] = r
-    print(f"stream: 2 x {len(s1[0])} tuples over {duration:.0f} s, window {WINDOW:.0f} s, lambda {LAMBDA*1e3:.0f} ms")
-    hdr = f"{'struct':6} {'t_ins us':>9} {'t_hit us':>9} {'warm us':>8} {'N_o/p':>9} {'recall':>7} {'work/out':>9} " \
+        if st not in thr:
+            runs = [ingest_throughput(st, n_thr) for _ in range(3)]      # best of 3 (shared machine)
+            thr[st] = (max(x[0] for x in runs), max(x[1] for x in runs))
+        r["ingest_tps"], r["ingest_cpu_tps"] = thr[st]
+        rows[label] = r
+    print(f"numba kernels ready in {t_warm:.1f} s (compiled or loaded from cache; not timed below)")
+    print(f"stream: 2 x {len(s1[0])} tuples over {duration:.0f} s, window {WINDOW:.0f} s, lambda {LAMBDA*1e3:.0f} ms, "
+          f"5 s probe batches, best t_hit of {args.repeat} runs")
+    hdr = f"{'path':8} {'t_ins us':>9} {'t_hit us':>9} {'warm us':>8} {'cpu us':>7} {'N_o/p':>9} {'recall':>7} " \
+          f"{'work/out':>9} " \
           f"{'zones':>6} {'changes':>7} {'MB':>6} {'ingest tuples/s':>16} {'(cpu time)':>11}"
     print(hdr)
     print("-" * len(hdr))
-    for st, r in rows.items():
-        print(f"{st:6} {r['t_ins_us']:9.2f} {r['t_hit_us']:9.3f} {r['t_warm_us']:8.3f} {r['n_op']:9.0f} {r['recall']:7.3f} "
-              f"{r['work_per_output']:9.1f} {r['zones']:6d} {r['changes']:7d} {r['mbytes']:6.2f} "
+    for label, r in rows.items():
+        print(f"{label:8} {r['t_ins_us']:9.2f} {r['t_hit_us']:9.3f} {r['t_warm_us']:8.3f} {r['t_hit_cpu_us']:7.3f} "
+              f"{r['n_op']:9.0f} {r['recall']:7.3f} {r['work_per_output']:9.1f} {r['zones']:6d} {r['changes']:7d} "
+              f"{r['mbytes']:6.2f} "
               f"{r['ingest_tps']:16,.0f} {r['ingest_cpu_tps']:11,.0f}")
-    # where the index pays off in wall clock: denser windows (paper Figure 10)
+    best1 = min(T1_ROWS, key=lambda k: rows[k]["t_hit_us"])
+    ing, ref, prb = t4_breakdown(s1, s2)
+    print(f"T4 per 5 s batch (compiled path, mean us): ingest {ing:.0f}, view refresh {ref:.0f}, probe {prb:.0f}")
+    # extra rows: per-arrival probing, denser streams (paper Figure 10)
     print()
-    print("denser streams (same 60 s window, 5 s probe batches): t_hit us T1 vs T4")
+    d_pa = 120.0 if args.quick else 600.0
+    a1, a2 = store_stream(d_pa + WINDOW, seed=5), store_stream(d_pa + WINDOW, seed=6)
+    pa = {k: run_join(PATHS[k][0], a1, a2, step=None, path=PATHS[k][1], repeat=args.repeat)
+          for k in T1_ROWS + ("T4",)}
+    b = min(T1_ROWS, key=lambda k: pa[k]["t_hit_us"])
+    print(f"per-arrival probing (1 probe per call, {d_pa:.0f} s after the window fills): t_hit us " +
+          "  ".join(f"{k} {pa[k]['t_hit_us']:.3f}" for k in pa) +
+          f"  ratio best T1 ({b}) / T4 {pa[b]['t_hit_us'] / pa['T4']['t_hit_us']:.2f}")
+    print("denser streams (same 60 s window, 5 s probe batches): t_hit us, best T1 path vs T4")
     for gap in ((0.01,) if args.quick else (0.02, 0.01, 0.005)):
         d2 = 120.0 if args.quick else 300.0
         a1, a2 = store_stream(d2, mean_gap=gap, seed=3), store_stream(d2, mean_gap=gap, seed=4)
-        r1, r4 = run_join("T1", a1, a2), run_join("T4", a1, a2)
-        print(f"  mean gap {gap*1e3:5.1f} ms (window ~{WINDOW/gap:6.0f} tuples): T1 {r1['t_hit_us']:.3f}  "
-              f"T4 {r4['t_hit_us']:.3f}  ratio {r1['t_hit_us']/r4['t_hit_us']:.2f}  "
-              f"(warm: T1 {r1['t_warm_us']:.3f} T4 {r4['t_warm_us']:.3f} ratio {r1['t_warm_us']/r4['t_warm_us']:.2f})  "
-              f"T4 recall {r4['recall']:.3f}")
-    ratio = rows["T1"]["t_hit_us"] / rows["T4"]["t_hit_us"]
-    warm = rows["T1"]["t_warm_us"] / rows["T4"]["t_warm_us"]
-    print(f"t_hit T1/T4 = {ratio:.2f} (warm view: {warm:.2f})   (targets: T4 ingest >= 1e6 tuples/s, t_hit ratio >= 5)")
+        r1 = {k: run_join(PATHS[k][0], a1, a2, path=PATHS[k][1], repeat=args.repeat) for k in ("T1 scan", "T1 probe")}
+        r4 = run_join("T4", a1, a2, repeat=args.repeat)
+        k1 = min(r1, key=lambda k: r1[k]["t_hit_us"])
+        print(f"  mean gap {gap*1e3:5.1f} ms (window ~{WINDOW/gap:6.0f} tuples): {k1} {r1[k1]['t_hit_us']:.3f}  "
+              f"T4 {r4['t_hit_us']:.3f}  ratio {r1[k1]['t_hit_us']/r4['t_hit_us']:.2f}  "
+              f"(warm ratio {r1[k1]['t_warm_us']/r4['t_warm_us']:.2f})  T4 recall {r4['recall']:.3f}")
+    ratio = rows[best1]["t_hit_us"] / rows["T4"]["t_hit_us"]
+    warm = min(rows[k]["t_warm_us"] for k in T1_ROWS) / rows["T4"]["t_warm_us"]
+    cpu = min(rows[k]["t_hit_cpu_us"] for k in T1_ROWS) / rows["T4"]["t_hit_cpu_us"]
+    print(f"t_hit best T1 ({best1}) / T4 = {ratio:.2f} (warm: {warm:.2f}, CPU time: {cpu:.2f}); T4 compiled vs numpy: "
+          f"{rows['T4 numpy']['t_hit_us'] / rows['T4']['t_hit_us']:.2f}x   "
+          f"(targets: T4 ingest >= 1e6 tuples/s, t_hit ratio >= 5)")
     print(f"t4_ingest_tuples_per_s={rows['T4']['ingest_tps']:.0f} t_hit_ratio_t1_over_t4={ratio:.2f} "
           f"n_op_t4_at_100ms={rows['T4']['n_op']:.0f}")
 

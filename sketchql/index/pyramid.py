@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .zone import Zone
 
 
@@ -219,6 +220,9 @@ class Granularity:
     def f2_nodes(self) -> np.ndarray:
         """(n_nodes, B) F2 estimates (median over rows of the row's squared norm), cached."""
         nd = self._norm_dirty
+        if kernels.ENABLED:
+            kernels.refresh_f2(self.store, self.rownorm, nd, self._f2_stale, self._f2)
+            return self._f2
         if nd.any():
             nodes = nd.nonzero()[0]
             t = self.store[nodes]

@@ -1,5 +1,9 @@
 """Query-side snapshot of a StreamIndex: flat arrays for branch-free probing.
 
+(This is the numpy path: ``promising_regions`` and the reference of
+``probe_many``.  The default, compiled ``probe_many`` uses
+:mod:`sketchql.index.kview` and :mod:`sketchql.index.kernels` instead.)
+
 A pyramid descent (``StreamIndex.promising_regions``) evaluated level by
 level costs a dozen small numpy calls per level and granularity; for the
 small pyramids of a stream index that fixed cost dominates.  The view below
@@ -48,9 +52,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+
 
 def _thr(f2, min_est: float, sigma: float, w: int) -> np.ndarray:
     return np.maximum(min_est, sigma * np.sqrt(np.maximum(f2, 0) / w))
+
+
+def _thr_nodes(g, nodes, min_est: float, sigma: float) -> np.ndarray:
+    """Pruning thresholds (len(nodes), B) of store nodes of granularity g."""
+    f2 = g.f2_nodes()
+    if kernels.ENABLED:
+        return kernels.thresholds(f2, nodes, float(min_est), float(sigma), int(g.shape[2]))
+    return _thr(f2[nodes], min_est, sigma, g.shape[2])
 
 
 class GranPart:
@@ -83,7 +97,7 @@ class GranPart:
         remap = np.full(len(level) + 1, -1, dtype=np.int64)
         remap[keep] = np.arange(n)
         self.anc = remap[anc[keep]] if anc.shape[1] else np.full((n, 1), -1, dtype=np.int64)
-        self.thr = _thr(g.f2_nodes()[keep], min_est, sigma, g.shape[2])          # (n, B)
+        self.thr = _thr_nodes(g, keep, min_est, sigma)                               # (n, B)
         # tuples: cold zones concatenated, the hot zone apart
         hot_row = -1
         if gi == 0:
@@ -188,7 +202,7 @@ class QueryView:
         pr = self.path_rows
         self.lo[pr] = np.minimum(self.lo[pr], z.min_ts)
         self.hi[pr] = np.maximum(self.hi[pr], z.max_ts)
-        thr = _thr(g.f2_nodes()[self.path_store], min_est, sigma, g.shape[2])
+        thr = _thr_nodes(g, self.path_store, min_est, sigma)
         self.thr[pr] = thr
         self.thrB[:, pr] = thr.T
         B, r = self.B, self.hot_row

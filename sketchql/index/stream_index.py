@@ -33,13 +33,17 @@ cells *exactly from their tuples*; ``promising_regions`` pro-rates a
 partial cell's estimate by the share of its data time range inside the
 window.
 
-Query side: ``promising_regions`` and ``probe_many`` run on a cached
-*query view* (:mod:`sketchql.index.query`): every non-empty pyramid node of
-every granularity flattened into arrays (ranges, thresholds, ancestors, a
-CSR of the cells' tuples), with all pyramid tables bound into one shared
-buffer so a batch's estimates are one gather.  The view is rebuilt lazily
-after changes (per granularity), or patched when only G1's open zone
-received tuples.  Ingest hashes a batch once (:mod:`sketchql.index.hasher`)
+Query side: ``promising_regions`` (and ``probe_many`` on its numpy
+reference path) run on a cached *query view* (:mod:`sketchql.index.query`):
+every non-empty pyramid node of every granularity flattened into arrays
+(ranges, thresholds, ancestors, a CSR of the cells' tuples), with all
+pyramid tables bound into one shared buffer so a batch's estimates are one
+gather.  The view is rebuilt lazily after changes (per granularity), or
+patched when only G1's open zone received tuples.  ``probe_many`` runs by
+default compiled (numba, :mod:`sketchql.index.kernels`) over an
+incrementally maintained view (:mod:`sketchql.index.kview`; the open zone's
+tuples are linked per bucket at ingest time), with identical results;
+``scan_window_many`` is the raw-window join of structure T1.  Ingest hashes a batch once (:mod:`sketchql.index.hasher`)
 and updates the sketches of small batches sparsely (only the touched
 counters, with exact incremental row norms for the pruning thresholds).
 
@@ -74,11 +78,15 @@ from .change import zone_confidence
 from .declaration import IndexConfig, SummaryDeclaration
 from .hasher import CellHasher
 from .pyramid import Granularity
+from . import kernels
+from .kview import KernelView
 from .query import GranPart, QueryView
 from .results import IngestReport, Matches, Regions, ScanResult, cell_handle, split_cell
 from .zone import Chunk, Zone
 
 _BUCKET_SALT = 0xB0C4E7
+_KERNEL_VDTYPES = (np.dtype(np.int64), np.dtype(np.float64))
+_NO_HASH = np.zeros(0, dtype=np.uint64)
 _MAGIC = b"SQIX"
 _VERSION = 1
 
@@ -110,6 +118,8 @@ class StreamIndex:
     >>> float(ix.estimate(np.array([3]), -1.0, 10.0)[0])
     20.0
     """
+
+    use_kernels = True      # compiled probe paths (sketchql.index.kernels); False: the numpy reference
 
     def __init__(self, decl: SummaryDeclaration, config: IndexConfig | None = None):
         if not isinstance(decl, SummaryDeclaration):
@@ -158,6 +168,11 @@ class StreamIndex:
         self._goff = {}
         self._parts = {}            # gi -> (key, GranPart)
         self._qv = None             # (key, QueryView)
+        self._kbuf = None           # reusable output arrays of the compiled probe
+        self._kview = None          # the compiled path's KernelView (created by the first compiled probe)
+        self._kstate = None
+        self._kmixed = False        # values of several dtypes were ingested: no compiled probe
+        self._ksver = None          # granularities' sversion at the last structural check
 
     # ------------------------------------------------------------------ helpers
     def _check_config(self):
@@ -222,6 +237,8 @@ class StreamIndex:
         if b <= a:
             return
         z.append(values[a:b], ts[a:b], rids[a:b], bucket[a:b])
+        if self._kview is not None and kernels.ENABLED:      # (skipped appends are re-synced at refresh)
+            self._kview.on_append(z, values[a:b], ts[a:b], rids[a:b], bucket[a:b])
         g = self.grans[z.gran]
         g.version += 1
         if g.last_append != z.id:
@@ -851,6 +868,15 @@ class StreamIndex:
         ``Matches.regions`` (the :class:`Regions` probed).  ``fade`` only
         matters for those regions' priorities.
 
+        Compiled path (default, :mod:`sketchql.index.kernels`): hashing, the
+        descent and the matching run in numba kernels on the same view, with
+        identical results and counters, matches region by region; structure T1
+        uses the same kernel over its zones (every overlapping non-empty zone is
+        a region).  The numpy path (``use_kernels=False`` on the index or the
+        class, ``kernels.ENABLED = False``, or string keys) is the reference;
+        for T1 it returns the same matches grouped by zone id instead of region
+        by region.
+
         >>> import numpy as np
         >>> decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
         >>> ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
@@ -859,6 +885,15 @@ class StreamIndex:
         >>> sorted(zip(m.probe.tolist(), m.row_ids.tolist()))
         [(0, 0), (0, 2), (1, 3)]
         """
+        keys = self._keys(values, "probe_many")
+        if self.use_kernels and kernels.ENABLED:
+            m = self._probe_many_compiled(keys, t_from, t_to, float(fade), with_regions)
+            if m is not None:
+                return m
+        return self._probe_many_numpy(keys, t_from, t_to, fade, with_regions)
+
+    def _probe_many_numpy(self, values, t_from, t_to, fade: float = 1.0, with_regions: bool = False) -> Matches:
+        """The numpy reference of :meth:`probe_many` (see there)."""
         if not self._sketch:
             r = self.promising_regions(values, t_from, t_to, fade)
             m = self.probe_regions(r, values, t_from, t_to)
@@ -897,6 +932,133 @@ class StreamIndex:
         at = at[keep]
         return Matches(pr[keep], qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep], regions=regions,
                        visited=visited)
+
+    def _hash_params(self):
+        """uint64 [off_b, off_s, shift, logw, mult...] of the fused hash (None: not fused)."""
+        h = self._hasher
+        if not h.fused:
+            return None
+        hp = getattr(h, "_kparams", None)
+        if hp is None:
+            hp = h._kparams = np.concatenate([[h._offs[0], h._offs[1], h._shift, np.uint64(h._logw)],
+                                              h._mult[:, 0]]).astype(np.uint64)
+        return hp
+
+    def _kernel_view(self):
+        """The compiled path's :class:`~sketchql.index.kview.KernelView`, refreshed (None when the
+        stored values are not int64/float64 or the index is empty)."""
+        kv = self._kview
+        state = tuple([g.version for g in self.grans])
+        if kv is not None and state == self._kstate:          # nothing changed since the last refresh
+            return kv
+        sver = tuple([g.sversion for g in self.grans])
+        if kv is None or sver != self._ksver:                 # structural change: rebind / rebuild if needed
+            if self._vdtype is None or np.dtype(self._vdtype) not in _KERNEL_VDTYPES or self._kmixed:
+                return None
+            if self._sketch:
+                self._bind()
+                state = tuple([g.version for g in self.grans])
+                sver = tuple([g.sversion for g in self.grans])
+            if kv is None or not kv.fits(self):
+                kv = self._kview = KernelView(self)
+            self._ksver = sver
+        kv.refresh(self)
+        if not kv.usable:                   # a zone holds values of another dtype: numpy path from now on
+            self._kview, self._kmixed = None, True
+            return None
+        self._kstate = state
+        return kv
+
+    def _probe_many_compiled(self, keys, t_from, t_to, fade, with_regions):
+        """:meth:`probe_many` through :func:`kernels.probe_kview`; None when the kernels cannot
+        compare these keys with the stored values (the caller then uses the numpy path)."""
+        P = len(keys)
+        if P == 0 or self._vdtype is None:
+            return None
+        kv = self._kernel_view()
+        if kv is None:
+            return None
+        ok = kv.key_types.get(keys.dtype)
+        if ok is None:
+            ok = kv.key_types[keys.dtype] = kernels.comparable(kv.vdtype, keys.dtype) == kv.vdtype
+        if not ok:
+            return None
+        kc = np.ascontiguousarray(keys, dtype=kv.vdtype)
+        tf, tt = self._window(P, t_from, t_to)
+        if tf.dtype != np.float64 or not tf.flags.c_contiguous:
+            tf = np.ascontiguousarray(tf, dtype=np.float64)
+        if tt.dtype != np.float64 or not tt.flags.c_contiguous:
+            tt = np.ascontiguousarray(tt, dtype=np.float64)
+        buf = self._kbuf
+        if buf is None or buf.vdtype != kv.vdtype:
+            buf = self._kbuf = kernels.ProbeBuffers(vdtype=kv.vdtype)
+        hp = _NO_HASH
+        if self._sketch:
+            hp = self._hash_params()
+            if hp is None or kc.dtype.kind != "i":
+                hp = _NO_HASH
+                bucket, idx, sgn = self._hash(keys)
+            else:                                   # hashed inside the kernel, into these buffers
+                bucket, idx, sgn = buf.hash_arrays(P, self._d)
+        else:
+            bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
+        cfg = self.config
+        nr, nm, visited, flat, work = kernels.probe_k(buf, float(cfg.min_estimate), float(cfg.prune_sigma),
+                                                      kc, hp, bucket, idx, sgn, tf, tt, *kv.args)
+        self.counters["nodes_visited"] += visited
+        self.counters["tuples_compared"] += work
+        regions = None
+        if with_regions:
+            p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
+            est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
+            regions = self._make_regions(kv, bucket.copy(), tf, tt, p, k, est, visited, flat, fade)
+        return Matches(buf.mp[:nm].copy(), buf.mv[:nm].copy(), buf.mt[:nm].copy(), buf.mr[:nm].copy(),
+                       work=work, region=buf.mreg[:nm].copy(), regions=regions, visited=visited)
+
+    def scan_window_many(self, values, t_from, t_to) -> Matches:
+        """The raw-window join (structure T1 of the paper's Figure 9; works on any structure).
+
+        For every probe value x_p: all stored tuples with value x_p and
+        ``t_from_p < ts <= t_to_p``, found by scanning the window, i.e. without
+        summaries.  The tuples of ``(min t_from, max t_to]`` are gathered once
+        (:meth:`window_tuples`, sorted by (ts, row id)); then, compiled
+        (:func:`kernels.scan_window`), each probe binary-searches its window
+        and compares the values in it; the numpy path (``use_kernels=False``,
+        string keys) compares each probe with every gathered tuple.  Matches
+        are in (probe, ts, row id) order, ``Matches.region`` = ``Matches.probe``,
+        ``work`` = the sum of the probes' window sizes (tuples compared).
+
+        >>> import numpy as np
+        >>> ix = StreamIndex(SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2),
+        ...                  IndexConfig(structure="T1"))
+        >>> _ = ix.ingest(np.array([1, 2, 1, 1]), np.array([1.0, 2.0, 3.0, 4.0]))
+        >>> m = ix.scan_window_many(np.array([1, 2]), np.array([1.0, 0.0]), np.array([4.0, 1.5]))
+        >>> m.probe.tolist(), m.row_ids.tolist(), m.work
+        ([0, 0], [2, 3], 4)
+        """
+        keys = self._keys(values, "scan_window_many")
+        P = len(keys)
+        tf, tt = self._window(P, t_from, t_to)
+        win = self._window_arrays(float(tf.min()), float(tt.max()), count=False) if P else None
+        if win is None or len(win[2]) == 0:
+            e = self._empty_scan()
+            z = np.zeros(0, np.int64)
+            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z)
+        v, t, r = win
+        ct = kernels.comparable(v.dtype, keys.dtype) if (self.use_kernels and kernels.ENABLED) else None
+        if ct is not None:
+            nm, mp, mj, work = kernels.scan_window(v.astype(ct, copy=False), t, np.ascontiguousarray(keys, dtype=ct),
+                                                   np.ascontiguousarray(tf, dtype=np.float64),
+                                                   np.ascontiguousarray(tt, dtype=np.float64))
+            p, j = mp[:nm], mj[:nm]
+        else:
+            a = t.searchsorted(tf, side="right")
+            e = t.searchsorted(tt, side="right")
+            work = int(np.maximum(e - a, 0).sum())
+            eq = (keys[:, None] == v[None, :]) & (t[None, :] > tf[:, None]) & (t[None, :] <= tt[:, None])
+            p, j = eq.nonzero()
+        self.counters["tuples_compared"] += int(work)
+        return Matches(p, v[j], t[j], r[j], work=int(work), region=p)
 
     def _promising_regions_levelwise(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
         """The same answer as :meth:`promising_regions` (see its docstring for
@@ -1069,21 +1231,37 @@ class StreamIndex:
 
     def window_tuples(self, t_from: float, t_to: float) -> ScanResult:
         """Every stored tuple with t_from < ts <= t_to, exactly, ordered by (ts, row id)."""
-        tf, tt = float(t_from), float(t_to)
+        got = self._window_arrays(float(t_from), float(t_to))
+        if got is None:
+            return self._empty_scan()
+        v, t, r, work = got
+        return ScanResult(v, t, r, work=work)
+
+    def _window_arrays(self, tf: float, tt: float, count: bool = True):
+        """(values, ts, row ids[, tuples read]) of tf < ts <= tt sorted by (ts, row id), or None."""
         vs, ts_, rs, work = [], [], [], 0
         for _, z in self._live():
             if z.n == 0 or z.max_ts <= tf or z.min_ts > tt:
                 continue
             v, t, r = z.all_tuples()
             work += len(t)
-            m = (t > tf) & (t <= tt)
-            vs.append(v[m]), ts_.append(t[m]), rs.append(r[m])
-        self.counters["tuples_compared"] += work
+            if z.min_ts > tf and z.max_ts <= tt:
+                vs.append(v), ts_.append(t), rs.append(r)
+            else:
+                m = (t > tf) & (t <= tt)
+                vs.append(v[m]), ts_.append(t[m]), rs.append(r[m])
+        if count:
+            self.counters["tuples_compared"] += work
         if not vs:
-            return self._empty_scan()
-        v, t, r = np.concatenate(vs), np.concatenate(ts_), np.concatenate(rs)
-        o = np.lexsort((r, t))
-        return ScanResult(v[o], t[o], r[o], work=work)
+            return None
+        v, t, r = np.concatenate(vs), np.concatenate(ts_), np.concatenate(rs)       # copies, always
+        # skip the sort when the tuples already are in (ts, row id) order (in-order T1 streams)
+        if len(t) > 1:
+            dt = np.diff(t)
+            if not ((dt >= 0).all() and ((dt > 0) | (np.diff(r) > 0)).all()):
+                o = np.lexsort((r, t))
+                v, t, r = v[o], t[o], r[o]
+        return (v, t, r, work) if count else (v, t, r)
 
     def _empty_scan(self) -> ScanResult:
         dt = self._vdtype if self._vdtype is not None else np.int64
@@ -1111,6 +1289,7 @@ class StreamIndex:
             "tuples": tuples,
             "nbytes": self.nbytes,
             "sketch_bytes": sum(l.nbytes for g in self.grans for l in g.levels),
+            "kernel_view_bytes": self._kview.nbytes if self._kview is not None else 0,
             "mean_t_ins": c["ingest_seconds"] / c["ingested"] if c["ingested"] else 0.0,
             "counters": c,
         }
@@ -1299,6 +1478,7 @@ class StreamIndex:
             self._ingest_inorder(v[order], t[order], r[order])
             self.clock = clock
         self._next_row = max(self._next_row, o._next_row)
+        self._kview = None                   # zones were re-sorted in place: rebuild the compiled view
         for g in self.grans:
             g.version += 1
             g.sversion += 1

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+
 
 def _small(b: np.ndarray, n_buckets: int) -> np.ndarray:
     """Bucket ids as uint16 when they fit (numpy sorts 16-bit keys stably by radix sort)."""
@@ -59,14 +61,17 @@ class Chunk:
         if not canonical:
             # cell order = bucket, then chunk: gather each chunk's bucket slices (no sort)
             offs = np.array([c.offsets for c in chunks])                 # (C, nb + 1)
-            sizes = offs[:, -1]
-            base = sizes.cumsum() - sizes
-            st = (offs[:, :-1] + base[:, None]).T.ravel()                  # (bucket, chunk) order
-            ln = (offs[:, 1:] - offs[:, :-1]).T.ravel()
-            tot = int(sizes.sum())
-            ends = ln.cumsum()
-            perm = (st - ends + ln).repeat(ln)
-            perm += np.arange(tot)
+            if kernels.ENABLED:
+                perm = kernels.concat_perm(offs)
+            else:
+                sizes = offs[:, -1]
+                base = sizes.cumsum() - sizes
+                st = (offs[:, :-1] + base[:, None]).T.ravel()              # (bucket, chunk) order
+                ln = (offs[:, 1:] - offs[:, :-1]).T.ravel()
+                tot = int(sizes.sum())
+                ends = ln.cumsum()
+                perm = (st - ends + ln).repeat(ln)
+                perm += np.arange(tot)
             values = np.concatenate([c.values for c in chunks])[perm]
             ts = np.concatenate([c.ts for c in chunks])[perm]
             rids = np.concatenate([c.rids for c in chunks])[perm]

@@ -1,0 +1,494 @@
+"""Compiled (numba) kernels of the index's probe side.
+
+The numpy query path (:mod:`sketchql.index.query`, ``StreamIndex.probe_many``
+with ``use_kernels=False``) answers a probe batch with ~150 numpy calls
+(hashing, the speculative pyramid descent, the gather of the surviving
+cells) plus a view rebuild/patch after every ingest.  At the default stream
+rate (a 60 s window holds ~600 tuples, a 5 s probe batch ~50 probes) those
+calls cost far more than the work they do, so the compiled path does the
+same computation in a few loops over an incrementally maintained view
+(:mod:`sketchql.index.kview`):
+
+- :func:`probe_kview`: hashing of the probe keys (the fused hash of
+  :class:`~sketchql.index.hasher.CellHasher`, bit for bit, also available
+  alone as :func:`hash_cells`), then per granularity, per probe, a *real*
+  top-down descent of the pyramid: nodes of a granularity are stored leaves
+  first and root last, so walking them backwards visits every parent before
+  its children; a node is reached iff its parent passed (a root always is);
+  a reached node overlapping the probe's window (``lo <= t_to`` and ``hi >
+  t_from``) costs one estimate (``visited``) = the median over the d rows of
+  ``sign * counter`` and passes iff the estimate reaches its threshold
+  ``max(min_estimate, prune_sigma sqrt(F2 / w))``.  A passing leaf is a
+  region; its cell (leaf, bucket) is then scanned and every tuple with the
+  probe's value and ``t_from < ts <= t_to`` is a match.  This equals the
+  level-by-level descent (``StreamIndex._promising_regions_levelwise``) and
+  the speculative numpy descent: same regions in the same order
+  (granularity, probe, slot), same matches in the same order (region by
+  region, cell order), same ``visited`` / ``flat`` / ``work`` counters; only
+  unreached nodes are never estimated.  With ``sketch=False`` (structure
+  T1, no summaries) every overlapping non-empty zone is a region.
+- :func:`scan_window`: the raw-window join of structure T1 (paper Figure 9):
+  the window's tuples sorted by time, per probe a binary search of
+  ``(t_from, t_to]`` and a linear comparison of the values in it.
+- maintenance helpers: :func:`arena_append` (the hot zone's per-bucket
+  linked lists), :func:`pyramid_ranges`, :func:`row_norms_into` /
+  :func:`row_median_into` (exact row norms and F2 medians of pyramid nodes),
+  :func:`concat_perm` (merging a zone's chunks).  Each has a numpy
+  equivalent used when ``ENABLED`` is False (the tests compare both).
+
+Outputs are written into caller-provided arrays; when those are too small
+the kernel only counts and the wrapper (:func:`probe_k`,
+:func:`scan_window`) retries with larger ones (growing arrays inside a
+loop would make numba reference-count them at every iteration).
+
+Compile time: every kernel is ``@numba.njit(cache=True)``.  The first use in
+a fresh clone compiles them: ~10 s for all of them on this shared 2-core
+machine (measured: the probe kernel ~4 s for int64 values + ~2 s for
+float64, the hash ~1.7 s, every other kernel 0.2-0.4 s), once: the machine
+code is then cached in ``sketchql/index/__pycache__``, and later processes
+load it (~0.8 s including importing numba).  (Do not run this file as a
+top-level script, e.g. ``python -m doctest kernels.py``: numba would cache
+the kernels under the module name ``kernels``; use ``pytest
+--doctest-modules sketchql/index``.)
+:func:`warm_up` forces that compile/load for the types the index uses (int64
+and float64 values), e.g. before a timed region; without it the first probe
+pays it.  Values are compared in their stored dtype; the compiled probe is
+used for int64 and float64 stored values with keys of the same kind (other
+dtypes and strings use the numpy path automatically).  Set ``ENABLED =
+False`` (or the environment variable ``SKETCHQL_NO_NUMBA=1`` before import)
+to force the numpy paths everywhere.
+
+>>> import numpy as np
+>>> V = np.array([3, 5, 3, 3]); T = np.array([1.0, 2.0, 3.0, 4.0])
+>>> n, mp, mj, work = scan_window(V, T, np.array([3]), np.array([1.0]), np.array([4.0]))
+>>> int(n), mj[:n].tolist(), int(work)          # (1, 4]: ts=1 excluded
+(2, [2, 3], 3)
+"""
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+
+ENABLED = os.environ.get("SKETCHQL_NO_NUMBA", "") in ("", "0")
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@numba.njit(cache=True, inline="always")
+def _mix(z):
+    z = z ^ (z >> _S30)
+    z = z * _M1
+    z = z ^ (z >> _S27)
+    z = z * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True)
+def _hash_into(codes, hp, B, bucket, idx, sgn):
+    """:func:`hash_cells` into given arrays, parameters packed as in :func:`probe_kview`."""
+    d = idx.shape[0]
+    logw = np.int64(hp[3])
+    shift = hp[2]
+    w = np.int64(1) << logw
+    wm = w - 1
+    ub = np.uint64(B)
+    pow2 = (B & (B - 1)) == 0
+    for i in range(codes.shape[0]):
+        c = codes[i]
+        if B == 1:
+            bucket[i] = 0
+        elif pow2:
+            bucket[i] = np.int64(_mix(c + hp[0]) & (ub - np.uint64(1)))
+        else:
+            bucket[i] = np.int64(_mix(c + hp[0]) % ub)
+        hs = _mix(c + hp[1])
+        for r in range(d):
+            z = np.int64((hs * hp[4 + r]) >> shift)
+            sgn[r, i] = 1 - 2 * (z >> logw)
+            idx[r, i] = (z & wm) + r * w
+
+
+def hash_cells(codes, off_b, off_s, mult, shift, logw, B):
+    """(bucket (P,), idx (d, P) = r w + col, sgn (d, P)) of uint64 key codes, as
+    ``CellHasher._fused`` computes them (the hash :func:`probe_kview` runs on its keys)."""
+    P, d = len(codes), len(mult)
+    hp = np.concatenate([np.array([off_b, off_s, shift, logw], dtype=np.uint64),
+                         np.asarray(mult, dtype=np.uint64)])
+    bucket = np.zeros(P, dtype=np.int64)
+    idx = np.zeros((d, P), dtype=np.int64)
+    sgn = np.zeros((d, P), dtype=np.int64)
+    _hash_into(np.ascontiguousarray(codes, dtype=np.uint64), hp, int(B), bucket, idx, sgn)
+    return bucket, idx, sgn
+
+
+@numba.njit(cache=True)
+def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
+                sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
+                Vc, Tc, Rc, hot_k, HV, HT, HR, hnext, hhead,
+                rp, rk, rest, mp, mreg, mv, mt, mr):
+    """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
+
+    Node k's table is ``store[k]`` (all store nodes, empty ones with an empty
+    range); the threshold of (k, b) is ``max(min_est, sigma * sqrt(max(F2[k,
+    b], 0) / wcols))``; the cells of the hot leaf ``hot_k`` are the
+    per-bucket linked lists of the arena (``hhead``, ``hnext``; length
+    ``clen``), the others the CSR ``cstart``/``clen`` into ``Vc``/``Tc``/``Rc``.
+    Fills regions (``rp`` probe, ``rk`` node, ``rest`` raw estimate) and
+    matches (``mp`` probe, ``mreg`` region row, ``mv``/``mt``/``mr`` value,
+    ts, row id).  Returns (n_regions, n_matches, visited, flat, work);
+    outputs beyond the arrays' length are only counted (see :func:`probe_k`).
+    ``hp`` (uint64): empty, or the fused hash parameters ``[off_b, off_s,
+    shift, logw, mult_0 .. mult_{d-1}]``: then ``bucket``/``idx``/``sgn``
+    (buffers of at least P columns) are first filled from the key codes
+    ``keys.view(uint64)`` as :func:`hash_cells` does.
+    """
+    P = keys.shape[0]
+    N = lo.shape[0]
+    d = idx.shape[0]
+    if sketch and hp.shape[0]:
+        _hash_into(keys.view(np.uint64), hp, B, bucket, idx, sgn)
+    cap_r = rp.shape[0]
+    cap_m = mp.shape[0]
+    passed = np.zeros(N, dtype=np.bool_)
+    est = np.zeros(N, dtype=np.float64)
+    rows = np.empty(d, dtype=np.int64)
+    nr = 0
+    nm = 0
+    visited = 0
+    flat = 0
+    work = 0
+    for g in range(gstart.shape[0] - 1):
+        g0 = gstart[g]
+        g1 = gstart[g + 1]
+        for p in range(P):
+            a = tf[p]
+            e = tt[p]
+            b = bucket[p]
+            key = keys[p]
+            for k in range(g1 - 1, g0 - 1, -1):
+                ok = hi[k] > a and lo[k] <= e
+                if ok and leaf[k]:
+                    flat += 1
+                par = parent[k]
+                if not (ok and (par < 0 or passed[par])):
+                    passed[k] = False
+                    continue
+                visited += 1
+                if not sketch:
+                    passed[k] = True
+                    continue
+                o = k * bdw + b * dw
+                for r in range(d):
+                    x = store[o + idx[r, p]] * sgn[r, p]
+                    j = r - 1
+                    while j >= 0 and rows[j] > x:
+                        rows[j + 1] = rows[j]
+                        j -= 1
+                    rows[j + 1] = x
+                if d % 2:
+                    m = np.float64(rows[d // 2])
+                else:
+                    m = (np.float64(rows[d // 2 - 1]) + np.float64(rows[d // 2])) / 2.0
+                est[k] = m
+                thr = sigma * np.sqrt(max(F2[k, b], 0.0) / wcols)
+                if thr < min_est:
+                    thr = min_est
+                passed[k] = m >= thr
+            for k in range(g0, g1):
+                if not (leaf[k] and passed[k]):
+                    continue
+                if nr < cap_r:
+                    rp[nr] = p
+                    rk[nr] = k
+                    rest[nr] = est[k]
+                c = k * B + b
+                n = clen[c]
+                work += n
+                if k == hot_k:
+                    j = hhead[b]
+                    while j >= 0:
+                        if HV[j] == key:
+                            t = HT[j]
+                            if t > a and t <= e:
+                                if nm < cap_m:
+                                    mp[nm] = p
+                                    mreg[nm] = nr
+                                    mv[nm] = HV[j]
+                                    mt[nm] = t
+                                    mr[nm] = HR[j]
+                                nm += 1
+                        j = hnext[j]
+                else:
+                    s = cstart[c]
+                    for j in range(s, s + n):
+                        if Vc[j] == key:
+                            t = Tc[j]
+                            if t > a and t <= e:
+                                if nm < cap_m:
+                                    mp[nm] = p
+                                    mreg[nm] = nr
+                                    mv[nm] = Vc[j]
+                                    mt[nm] = t
+                                    mr[nm] = Rc[j]
+                                nm += 1
+                nr += 1
+    return nr, nm, visited, flat, work
+
+
+@numba.njit(cache=True)
+def arena_append(V, T, R, nxt, head, tail, count, n, v, t, r, b):
+    """Append tuples (arrival order) to a per-bucket linked arena; returns the new size."""
+    for i in range(r.shape[0]):
+        j = n + i
+        V[j] = v[i]
+        T[j] = t[i]
+        R[j] = r[i]
+        nxt[j] = -1
+        bb = b[i]
+        if tail[bb] >= 0:
+            nxt[tail[bb]] = j
+        else:
+            head[bb] = j
+        tail[bb] = j
+        count[bb] += 1
+    return n + r.shape[0]
+
+
+@numba.njit(cache=True)
+def pyramid_ranges(lo_leaf, hi_leaf, lo, hi):
+    """Node ranges of a pyramid stored level 0 first: leaves, then min/max of children pairs."""
+    n = lo_leaf.shape[0]
+    for i in range(n):
+        lo[i] = lo_leaf[i]
+        hi[i] = hi_leaf[i]
+    src = 0
+    dst = n
+    while n > 1:
+        for j in range(n // 2):
+            lo[dst + j] = min(lo[src + 2 * j], lo[src + 2 * j + 1])
+            hi[dst + j] = max(hi[src + 2 * j], hi[src + 2 * j + 1])
+        src = dst
+        dst += n // 2
+        n //= 2
+
+
+@numba.njit(cache=True, inline="always")
+def _upper(T, x):
+    """First index i with T[i] > x (T sorted): ``np.searchsorted(T, x, side="right")``."""
+    a = 0
+    e = T.shape[0]
+    while a < e:
+        m = (a + e) >> 1
+        if T[m] <= x:
+            a = m + 1
+        else:
+            e = m
+    return a
+
+
+@numba.njit(cache=True)
+def scan_window_into(V, T, keys, tf, tt, mp, mj):
+    """Raw-window join: V/T sorted by time; per probe, tuples with t_from < ts <= t_to and V == key.
+
+    Fills (probe, position) of the matches in (probe, position) order as far
+    as ``mp``/``mj`` go; returns (n_matches, work) with work = tuples
+    compared (the window sizes).  See :func:`scan_window`.
+    """
+    P = keys.shape[0]
+    cap = mp.shape[0]
+    nm = 0
+    work = 0
+    for p in range(P):
+        a = _upper(T, tf[p])
+        e = _upper(T, tt[p])
+        key = keys[p]
+        if e > a:
+            work += e - a
+        for j in range(a, e):
+            if V[j] == key:
+                if nm < cap:
+                    mp[nm] = p
+                    mj[nm] = j
+                nm += 1
+    return nm, work
+
+
+def _cap(n: int) -> int:
+    return max(64, 1 << int(n).bit_length())
+
+
+def scan_window(V, T, keys, tf, tt, cap: int = 256):
+    """:func:`scan_window_into` with outputs sized as needed: (n_matches, probe, position, work)."""
+    while True:
+        mp = np.empty(cap, dtype=np.int64)
+        mj = np.empty(cap, dtype=np.int64)
+        nm, work = scan_window_into(V, T, keys, tf, tt, mp, mj)
+        if nm <= cap:
+            return nm, mp, mj, work
+        cap = _cap(nm)
+
+
+class ProbeBuffers:
+    """Reusable output arrays of :func:`probe_kview` (grown to the largest
+    batch seen); ``vdtype``: dtype of the stored values (for ``mv``)."""
+
+    def __init__(self, regions: int = 256, matches: int = 1024, vdtype=np.int64):
+        self.vdtype = np.dtype(vdtype)
+        self.alloc(regions, matches)
+        self._hash = (-1, -1, None)
+
+    def hash_arrays(self, P: int, d: int):
+        """(bucket (P,), idx (d, P), sgn (d, P)) int64 scratch arrays, reused while (P, d) repeats
+        (filled by the kernel; zeros when never written)."""
+        if self._hash[:2] != (P, d):
+            self._hash = (P, d, (np.zeros(P, dtype=np.int64), np.zeros((d, P), dtype=np.int64),
+                                 np.zeros((d, P), dtype=np.int64)))
+        return self._hash[2]
+
+    def alloc(self, regions: int, matches: int) -> None:
+        self.rp = np.empty(regions, dtype=np.int64)
+        self.rk = np.empty(regions, dtype=np.int64)
+        self.rest = np.empty(regions, dtype=np.float64)
+        self.mp = np.empty(matches, dtype=np.int64)
+        self.mreg = np.empty(matches, dtype=np.int64)
+        self.mv = np.empty(matches, dtype=self.vdtype)
+        self.mt = np.empty(matches, dtype=np.float64)
+        self.mr = np.empty(matches, dtype=np.int64)
+        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr)
+
+
+def probe_k(buf: ProbeBuffers, *args):
+    """:func:`probe_kview` (args without the outputs) with ``buf``'s arrays, retried with larger
+    ones when they were too small.  Returns (n_regions, n_matches, visited, flat, work)."""
+    while True:
+        nr, nm, visited, flat, work = probe_kview(*args, *buf.outs)
+        if nr <= len(buf.rp) and nm <= len(buf.mp):
+            return nr, nm, visited, flat, work
+        buf.alloc(max(len(buf.rp), _cap(nr)), max(len(buf.mp), _cap(nm)))
+
+
+@numba.njit(cache=True)
+def row_norms_into(store, nodes, rownorm):
+    """``rownorm[n, b, r] = sum_c store[n, b, r, c]^2`` for n in ``nodes`` (exact int64)."""
+    for n in nodes:
+        for b in range(store.shape[1]):
+            for r in range(store.shape[2]):
+                acc = np.int64(0)
+                for c in range(store.shape[3]):
+                    x = store[n, b, r, c]
+                    acc += x * x
+                rownorm[n, b, r] = acc
+
+
+@numba.njit(cache=True)
+def row_median_into(rownorm, nodes, f2):
+    """``f2[n, b] = median over r of rownorm[n, b, r]`` for n in ``nodes`` (numpy's sort-and-pick:
+    the middle row, or ``0.5 * (a + b)`` of the middle two when d is even)."""
+    d = rownorm.shape[2]
+    rows = np.empty(d, dtype=rownorm.dtype)
+    for n in nodes:
+        for b in range(rownorm.shape[1]):
+            for r in range(d):
+                x = rownorm[n, b, r]
+                j = r - 1
+                while j >= 0 and rows[j] > x:
+                    rows[j + 1] = rows[j]
+                    j -= 1
+                rows[j + 1] = x
+            if d % 2:
+                f2[n, b] = rows[d // 2]
+            else:
+                f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
+
+
+@numba.njit(cache=True)
+def thresholds(f2, nodes, min_est, sigma, w):
+    """``max(min_est, sigma * sqrt(max(f2[n], 0) / w))`` for n in ``nodes``: (len(nodes), B)."""
+    out = np.empty((nodes.shape[0], f2.shape[1]))
+    for i in range(nodes.shape[0]):
+        for b in range(f2.shape[1]):
+            x = sigma * np.sqrt(max(f2[nodes[i], b], 0.0) / w)
+            out[i, b] = x if x > min_est else min_est
+    return out
+
+
+@numba.njit(cache=True)
+def concat_perm(offs):
+    """Positions, in the concatenation of C bucket-sorted chunks with offsets ``offs`` (C, B + 1),
+    of the tuples in cell order (bucket, then chunk, then position)."""
+    C = offs.shape[0]
+    nb = offs.shape[1] - 1
+    tot = 0
+    for c in range(C):
+        tot += offs[c, nb]
+    perm = np.empty(tot, dtype=np.int64)
+    k = 0
+    for b in range(nb):
+        base = 0
+        for c in range(C):
+            for j in range(offs[c, b], offs[c, b + 1]):
+                perm[k] = base + j
+                k += 1
+            base += offs[c, nb]
+    return perm
+
+
+@numba.njit(cache=True)
+def refresh_f2(store, rownorm, norm_dirty, f2_stale, f2):
+    """``Granularity.f2_nodes`` in one call: recompute the row norms of the ``norm_dirty`` nodes
+    (:func:`row_norms_into`), then the F2 medians of the stale ones (:func:`row_median_into`);
+    clears both flags."""
+    for n in range(norm_dirty.shape[0]):
+        if norm_dirty[n]:
+            row_norms_into(store, np.array([n]), rownorm)
+            norm_dirty[n] = False
+            f2_stale[n] = True
+        if f2_stale[n]:
+            row_median_into(rownorm, np.array([n]), f2)
+            f2_stale[n] = False
+
+
+def comparable(vdtype, kdtype):
+    """The common dtype the kernels compare stored values and keys in (int64 / float64), or None."""
+    if vdtype is None or kdtype is None:
+        return None
+    v, k = np.dtype(vdtype), np.dtype(kdtype)
+    ints = lambda t: t.kind in "bi" or (t.kind == "u" and t.itemsize < 8)
+    if ints(v) and ints(k):
+        return np.dtype(np.int64)
+    if v.kind in "biuf" and k.kind in "biuf":
+        return np.dtype(np.float64)
+    return None
+
+
+_WARM = False
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) every kernel for the argument types the index uses."""
+    global _WARM
+    if _WARM:
+        return
+    z = np.zeros(1, dtype=np.int64)
+    f = np.zeros(1)
+    for V in (z, f):
+        arena_append(V.copy(), f.copy(), z.copy(), z.copy(), np.full(1, -1, dtype=np.int64),
+                     np.full(1, -1, dtype=np.int64), z.copy(), 0, V, f, z, z)
+        for sk in (True, False):
+            probe_k(ProbeBuffers(1, 1, V.dtype), 0.5, 1.0, V, np.zeros(0, dtype=np.uint64), z,
+                    np.zeros((2, 1), dtype=np.int64), np.ones((2, 1), dtype=np.int64), f, f,
+                    sk, z, np.zeros((1, 1)), 1.0, 1, 1, f, f, z - 1, np.ones(1, dtype=np.bool_),
+                    np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z, z - 1)
+        scan_window(V, f, V, f, f)
+    pyramid_ranges(f, f, f.copy(), f.copy())
+    row_median_into(np.zeros((1, 1, 3), dtype=np.int64), z, np.zeros((1, 1)))
+    row_norms_into(np.zeros((1, 1, 1, 2), dtype=np.int64), z, np.zeros((1, 1, 1), dtype=np.int64))
+    refresh_f2(np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64), np.ones(1, dtype=np.bool_),
+               np.ones(1, dtype=np.bool_), np.zeros((1, 1)))
+    thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
+    concat_perm(np.zeros((1, 2), dtype=np.int64))
+    _WARM = True

@@ -1,0 +1,322 @@
+"""Incrementally maintained query view of the compiled probe path.
+
+The numpy reference path flattens the *non-empty* pyramid nodes into a
+:class:`~sketchql.index.query.QueryView`, rebuilt (or patched) after each
+ingest: dozens of small numpy calls per probe batch.  The compiled path
+(:func:`sketchql.index.kernels.probe_kview`) instead reads a view whose
+shape never changes between structural changes and whose per-ingest
+maintenance is a handful of array writes:
+
+- **nodes** = *every* node of every granularity's pyramid store, in the
+  order of the index's shared sketch buffer (granularity-major, level 0
+  first, root last), so node k's sketch table is ``store[k]`` and the
+  parent/leaf/granularity topology is static (rebuilt only when a
+  granularity's capacity changes).  Empty nodes get the range
+  ``(+inf, -inf)``: they overlap no window, so they are never visited nor
+  counted, and the results (regions, order, ``visited``, ``flat``) equal the
+  non-empty flattening of the reference path.  Structure T1 (no summaries)
+  has leaves only (one per zone slot).
+- **node ranges** ``lo``/``hi`` and the **F2** estimates (``F2``, from which
+  the kernel derives the pruning threshold ``max(min_estimate, prune_sigma
+  sqrt(F2 / w))`` of each visited (node, bucket) on the fly) are refreshed
+  per granularity whose ``version`` changed: a copy of ``f2_nodes()`` and a
+  compiled min/max up the pyramid.
+- **cold cells**: the tuples of every zone except the hot one live in an
+  append-only CSR (``Vc``, ``Tc``, ``Rc``, preallocated and doubled when
+  full, ``nc`` used; ``cstart``/``clen`` per (leaf, bucket)).  A zone is
+  (re)appended only when its (id, size) differs from
+  what the CSR holds (a zone that became cold, a COLLAPSE target); dropped
+  zones leave garbage that is compacted away once it exceeds the live part.
+- **hot zone** (the zone of G1 that received the latest append): an arena
+  in arrival order with one linked list per bucket (``hhead``/``hnext``), so
+  the cells keep their order (bucket, then arrival) without re-sorting.
+  :meth:`KernelView.on_append` extends it *at ingest time* (one compiled
+  call per appended run, counted in t_ins); if it ever disagrees with the
+  zone (size mismatch after a merge, late tuples, a new hot zone) it is
+  rebuilt from the zone at the next refresh.
+
+Memory: the arena duplicates the hot zone's tuples (plus one int64 link per
+tuple); the CSR holds at most twice the live cold tuples.  Values are kept
+in their stored dtype; the compiled path is used for int64 and float64
+stored values (other dtypes and strings use the numpy path).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+
+_INF = np.inf
+_NO_ARENA = {}           # vdtype -> empty placeholder arena (no hot leaf)
+
+
+class HotArena:
+    """One zone's tuples in arrival order, linked per bucket (see the module doc).
+
+    Cell b = ``head[b] -> next[head[b]] -> ...`` (``count[b]`` tuples, arrival order).
+
+    >>> import numpy as np
+    >>> a = HotArena(zid=1, B=2, vdtype=np.int64, cap=2)
+    >>> a.append(np.array([7, 8, 9]), np.array([1.0, 2.0, 3.0]), np.array([0, 1, 2]), np.array([1, 0, 1]))
+    >>> j, cell = a.head[1], []
+    >>> while j >= 0:
+    ...     cell.append(int(a.R[j])); j = a.next[j]
+    >>> cell, a.count.tolist()
+    ([0, 2], [1, 2])
+    """
+
+    def __init__(self, zid: int, B: int, vdtype, cap: int = 256):
+        self.zid = zid
+        self.B = B
+        self.n = 0
+        self.V = np.empty(cap, dtype=vdtype)
+        self.T = np.empty(cap)
+        self.R = np.empty(cap, dtype=np.int64)
+        self.next = np.empty(cap, dtype=np.int64)
+        self.head = np.full(B, -1, dtype=np.int64)
+        self.tail = np.full(B, -1, dtype=np.int64)
+        self.count = np.zeros(B, dtype=np.int64)
+
+    def append(self, v, t, r, b) -> None:
+        k = len(r)
+        if self.n + k > len(self.R):
+            cap = max(2 * len(self.R), self.n + k)
+            for name in ("V", "T", "R", "next"):
+                old = getattr(self, name)
+                new = np.empty(cap, dtype=old.dtype)
+                new[:self.n] = old[:self.n]
+                setattr(self, name, new)
+        c = np.ascontiguousarray
+        self.n = kernels.arena_append(self.V, self.T, self.R, self.next, self.head, self.tail, self.count,
+                                      self.n, c(v), c(t), c(r), c(b))
+
+
+class KernelView:
+    """The compiled probe path's view of a :class:`StreamIndex` (see the module doc).
+
+    Created and refreshed by ``StreamIndex._kernel_view()`` (the first compiled
+    ``probe_many`` creates it; from then on ``_append`` feeds the hot arena).
+
+    >>> import numpy as np
+    >>> from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration
+    >>> ix = StreamIndex(SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2),
+    ...                  IndexConfig(structure="T4", n_buckets=4, w=32))
+    >>> _ = ix.ingest(np.array([5, 5, 6]), np.array([1.0, 2.0, 3.0]))
+    >>> kv = ix._kernel_view()
+    >>> int(kv.N), int(kv.hot.n), int(kv.clen.sum())     # 2 granularities x (2 slots + root); hot zone: ts 3
+    (6, 1, 3)
+    """
+
+    def __init__(self, ix):
+        self.sketch = ix._sketch
+        self.B = ix._B
+        self.vdtype = np.dtype(ix._vdtype)
+        grans = ix.grans
+        self.caps = tuple(g.cap for g in grans)
+        self.buf_id = id(ix._gbuf) if self.sketch else None
+        # static topology
+        sizes = [g.n_nodes if self.sketch else g.cap for g in grans]
+        self.goff = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        N = self.N = int(self.goff[-1])
+        self.gstart = self.goff
+        self.parent = np.full(N, -1, dtype=np.int64)
+        self.leaf = np.zeros(N, dtype=bool)
+        self.gran = np.zeros(N, dtype=np.int64)
+        self.leaf_node = []                                   # per granularity: node index of slot 0
+        for gi, g in enumerate(grans):
+            o = int(self.goff[gi])
+            self.gran[o:o + sizes[gi]] = gi + 1
+            self.leaf[o:o + g.cap] = True
+            self.leaf_node.append(o)
+            if self.sketch and g.cap > 1:
+                anc = g.topology()[2][:, 0]
+                self.parent[o:o + sizes[gi]] = np.where(anc >= 0, anc + o, -1)
+        self.lo = np.full(N, _INF)
+        self.hi = np.full(N, -_INF)
+        self.zid = np.zeros(N, dtype=np.int64)
+        self.F2 = np.zeros((N, self.B))
+        self.cstart = np.zeros(N * self.B, dtype=np.int64)
+        self.clen = np.zeros(N * self.B, dtype=np.int64)
+        self.Vc = np.zeros(1024, dtype=self.vdtype)          # capacity; the first nc entries are used
+        self.Tc = np.zeros(1024)
+        self.Rc = np.zeros(1024, dtype=np.int64)
+        self.nc = 0
+        self.live_cold = 0
+        self.held = {}                                        # node -> (zone id, n) held in the CSR
+        self.seen = [None] * len(grans)
+        self.seen_s = None                                    # G1 (sversion, append_switches) last refreshed
+        self.leaf_lo = [np.full(g.cap, _INF) for g in grans]
+        self.leaf_hi = [np.full(g.cap, -_INF) for g in grans]
+        self.hot = None                                       # HotArena
+        self.hot_k = -1
+        self.hot_ok = False
+        self.hot_zone = None                                  # the Zone object of the hot arena
+        self.args = None                                      # probe_kview's view arguments (set by refresh)
+        self.usable = True                                    # False once a zone holds values of another dtype
+        self.key_types = {}                                   # keys dtype -> comparable with the values?
+        if self.vdtype not in _NO_ARENA:
+            _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype, cap=1)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the view (a cache: the CSR copy of the cold tuples, the hot arena, node arrays)."""
+        arrays = (self.Vc, self.Tc, self.Rc, self.cstart, self.clen, self.F2, self.lo, self.hi, self.parent)
+        hot = sum(a.nbytes for a in (self.hot.V, self.hot.T, self.hot.R, self.hot.next)) if self.hot else 0
+        return sum(a.nbytes for a in arrays) + hot
+
+    def fits(self, ix) -> bool:
+        return (self.caps == tuple(g.cap for g in ix.grans) and self.sketch == ix._sketch
+                and (not self.sketch or self.buf_id == id(ix._gbuf)) and self.vdtype == np.dtype(ix._vdtype))
+
+    # -- ingest side --------------------------------------------------------------
+    def on_append(self, z, v, t, r, b) -> None:
+        """Called by ``StreamIndex._append`` after ``z.append(v, t, r, b)``."""
+        if v.dtype != self.vdtype:                         # mixed value types: leave it to the numpy path
+            self.usable = False
+            return
+        if z.gran != 0:
+            return
+        h = self.hot
+        if h is not None and h.zid == z.id and self.hot_ok and h.n + len(r) == z.n:
+            h.append(v, t, r, b)
+        else:
+            self.hot_ok = False                                # re-synced from the zone at refresh
+
+    # -- query side ---------------------------------------------------------------
+    def _append_cold(self, z, node: int) -> None:
+        c = z.compact()
+        if c.values.dtype != self.vdtype:
+            self.usable = False
+            return
+        base, n = self.nc, c.n
+        if base + n > len(self.Rc):                           # grow by doubling (amortized O(1) per tuple)
+            cap = max(2 * len(self.Rc), base + n)
+            for name in ("Vc", "Tc", "Rc"):
+                old = getattr(self, name)
+                new = np.empty(cap, dtype=old.dtype)
+                new[:base] = old[:base]
+                setattr(self, name, new)
+        self.Vc[base:base + n] = c.values
+        self.Tc[base:base + n] = c.ts
+        self.Rc[base:base + n] = c.rids
+        self.nc = base + n
+        B = self.B
+        o = c.offsets
+        self.cstart[node * B:(node + 1) * B] = base + o[:-1]
+        self.clen[node * B:(node + 1) * B] = o[1:] - o[:-1]
+        self.live_cold += c.n
+        self.held[node] = (z.id, z.n)
+
+    def _drop_cold(self, node: int) -> None:
+        if node in self.held:
+            B = self.B
+            self.live_cold -= int(self.clen[node * B:(node + 1) * B].sum())
+            del self.held[node]
+        self.clen[node * self.B:(node + 1) * self.B] = 0
+
+    def _ranges(self, gi, g, o, n_nodes) -> None:
+        lo, hi = self.leaf_lo[gi], self.leaf_hi[gi]
+        if self.sketch:
+            kernels.pyramid_ranges(lo, hi, self.lo[o:o + n_nodes], self.hi[o:o + n_nodes])
+            self.F2[o:o + n_nodes] = g.f2_nodes()
+        else:
+            self.lo[o:o + g.cap] = lo
+            self.hi[o:o + g.cap] = hi
+
+    def refresh(self, ix) -> None:
+        """Bring the view up to date with the index (cheap when only the hot zone grew)."""
+        g1 = ix.grans[0]
+        hz = None
+        la = g1.last_append
+        if la is not None:
+            z = self.hot_zone                                 # O(1) when the hot zone is unchanged
+            if z is not None and z.id == la and z.slot < len(g1.slots) and g1.slots[z.slot] is z:
+                hz = z if z.n else None
+            else:
+                for z in g1.slots:
+                    if z is not None and z.id == la and z.n:
+                        hz = z
+                        break
+        self.hot_zone = hz
+        changed = self.args is None
+        # the hot arena: the zone of G1 appended last
+        if hz is None:
+            if self.hot is not None:
+                self.hot, self.hot_ok = None, False
+        elif self.hot is None or self.hot.zid != hz.id or not self.hot_ok or self.hot.n != hz.n:
+            changed = True
+            c = hz.compact()
+            if c.values.dtype != self.vdtype:
+                self.usable = False
+                return
+            a = HotArena(hz.id, self.B, self.vdtype, cap=max(256, 2 * hz.n))
+            a.append(c.values, c.ts, c.rids, c.buckets())
+            self.hot, self.hot_ok = a, True
+        hot_id = hz.id if hz is not None else None
+        B = self.B
+        for gi, g in enumerate(ix.grans):
+            o = self.leaf_node[gi]
+            if self.seen[gi] == g.version:
+                continue
+            self.seen[gi] = g.version
+            n_nodes = self.goff[gi + 1] - self.goff[gi]
+            lo, hi = self.leaf_lo[gi], self.leaf_hi[gi]
+            hot_before = -2
+            if gi == 0:
+                sig = (g.sversion, g.append_switches)
+                if sig == self.seen_s and self.hot_k >= 0 and hz is not None and self.hot_k == o + hz.slot:
+                    # only the hot zone received tuples since the last refresh
+                    lo[hz.slot], hi[hz.slot] = hz.min_ts, hz.max_ts
+                    self.clen[self.hot_k * B:(self.hot_k + 1) * B] = self.hot.count
+                    self._ranges(gi, g, o, n_nodes)
+                    continue
+                self.seen_s = sig
+                hot_before, self.hot_k = self.hot_k, -1
+            changed = True
+            lo[:] = _INF
+            hi[:] = -_INF
+            for s, z in enumerate(g.slots):
+                node = o + s
+                if z is None or z.n == 0:
+                    if node in self.held or node == hot_before:
+                        self._drop_cold(node)
+                    self.zid[node] = 0
+                    continue
+                lo[s], hi[s] = z.min_ts, z.max_ts
+                self.zid[node] = z.id
+                if z.id == hot_id:
+                    if node in self.held:
+                        self._drop_cold(node)
+                    self.hot_k = node
+                    self.clen[node * B:(node + 1) * B] = self.hot.count
+                elif self.held.get(node) != (z.id, z.n):
+                    self._drop_cold(node)             # (also clears the cells of a former hot leaf)
+                    self._append_cold(z, node)
+            self._ranges(gi, g, o, n_nodes)
+        changed |= self._garbage(ix)
+        h = self.hot if self.hot_k >= 0 else _NO_ARENA[self.vdtype]
+        if changed or self.args[18] is not h.V or self.args[21] is not h.next:     # (the arena may have grown)
+            self._set_args(ix, h)
+
+    def _set_args(self, ix, h) -> None:
+        if self.sketch:
+            Bs, d, w = ix._shape
+            store = ix._gbuf.reshape(-1)
+        else:
+            Bs, d, w = 1, 1, 1
+            store = np.zeros(1, dtype=np.int64)
+        self.args = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
+                     self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
+                     self.hot_k, h.V, h.T, h.R, h.next, h.head)
+
+    def _garbage(self, ix) -> bool:
+        if self.nc > 2 * self.live_cold + 4096:               # garbage of dropped zones: rebuild the CSR
+            self.nc = 0
+            self.live_cold = 0
+            held, self.held = self.held, {}
+            for node in held:
+                gi = int(self.gran[node]) - 1
+                z = ix.grans[gi].slots[node - self.leaf_node[gi]]
+                self._append_cold(z, node)
+            return True
+        return False

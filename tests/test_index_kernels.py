@@ -1,0 +1,277 @@
+"""The compiled (numba) probe path of the index against the numpy reference and brute force.
+
+``StreamIndex.probe_many`` runs compiled by default (``sketchql.index.kernels``
+over the incrementally maintained ``sketchql.index.kview.KernelView``); the
+reference is the same index with ``use_kernels = False`` (numpy query view),
+and, for the maintenance helpers, ``kernels.ENABLED = False`` (numpy
+everywhere).  Results must be identical: same matches in the same order
+(T1: the reference groups matches by zone, compared per region), same
+``work`` / ``visited`` counters, same regions.
+"""
+import numpy as np
+import pytest
+
+from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration, kernels
+from sketchql.index.hasher import CellHasher
+from sketchql.index.stream_index import _BUCKET_SALT
+from sketchql.summaries import CountSketch
+
+from test_index import zipf_drift
+from test_index_fast import brute_matches
+
+REGION_FIELDS = ("probe", "cell", "zone", "bucket", "granularity", "estimate", "priority", "partial", "n_tuples")
+
+
+def reference(ix, keys, lo, hi, fade=0.8, with_regions=True):
+    ix.use_kernels = False
+    try:
+        return ix.probe_many(keys, lo, hi, fade=fade, with_regions=with_regions)
+    finally:
+        ix.use_kernels = True
+
+
+def assert_same(m, ref, structure):
+    """Compiled result ``m`` == numpy reference ``ref`` (order included)."""
+    if structure == "T1":               # reference: grouped by zone id; compiled: region by region
+        o = np.argsort(ref.region, kind="stable")
+    else:
+        o = np.arange(len(ref))
+    assert len(m) == len(ref)
+    for f in ("probe", "region", "values", "timestamps", "row_ids"):
+        a, b = getattr(m, f), getattr(ref, f)[o]
+        assert np.array_equal(a, b), f
+        assert a.dtype == b.dtype, f
+    assert (m.work, m.visited) == (ref.work, ref.visited)
+    if ref.regions is not None:
+        for f in REGION_FIELDS:
+            assert np.array_equal(getattr(m.regions, f), getattr(ref.regions, f)), f
+        assert (m.regions.visited, m.regions.flat) == (ref.regions.visited, ref.regions.flat)
+
+
+def probe_batch(rng, v, t, clock, n):
+    keys = np.concatenate([rng.choice(v, n - n // 4), rng.integers(10_000, 10_100, n // 4)])   # some absent
+    hi = rng.uniform(clock - 60, clock + 1, n)
+    lo = hi - rng.uniform(0, 90, n)
+    if n > 4:                           # window edges exactly on stored timestamps: (ts, ...] excludes ts
+        j = rng.integers(0, len(t), 2)
+        lo[:2], hi[2:4] = t[j], t[rng.integers(0, len(t), 2)]
+    return keys, lo, hi
+
+
+# ---------------------------------------------------------------- probe_many: compiled == numpy
+@pytest.mark.parametrize("structure,batch,lateness", [("T1", 50, 0.0), ("T2", 97, 0.0), ("T3", 40, 2.0),
+                                                      ("T4", 23, 0.0), ("T4", 64, 3.0), ("T4", 900, 0.0)])
+def test_probe_many_compiled_equals_numpy_after_every_ingest(structure, batch, lateness):
+    """Probing after every ingest exercises every maintenance path of the kernel view: the hot
+    zone's arena (incremental appends, re-sync on a new zone / late tuples), cold zones entering
+    the CSR, COLLAPSE, dropped zones and the CSR's garbage compaction."""
+    v, t = zipf_drift(6000, rate=20.0, n_items=150, s=1.2, drift_every=25, seed=batch)
+    rng = np.random.default_rng(batch)
+    if lateness:                        # jitter within the allowed lateness: accepted out-of-order tuples
+        t = t + rng.uniform(-lateness * 0.9, 0, len(t)) * (rng.random(len(t)) < 0.1)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=8, w=16, check_every=32,
+                                       allowed_lateness=lateness))
+    checks = 0
+    for i in range(0, len(v), batch):
+        ix.ingest(v[i:i + batch], t[i:i + batch])
+        keys, lo, hi = probe_batch(rng, v[:i + batch], t[:i + batch], ix.clock, int(rng.integers(1, 40)))
+        with_regions = bool(rng.random() < 0.5)
+        m = ix.probe_many(keys, lo, hi, fade=0.8, with_regions=with_regions)
+        assert_same(m, reference(ix, keys, lo, hi, with_regions=with_regions), structure)
+        checks += 1
+    assert checks >= 6
+    assert ix._kview is not None                          # the compiled path was used
+    kv = ix._kview
+    # garbage of dropped zones is compacted away
+    assert kv.nc <= 2 * kv.live_cold + 4096 and kv.live_cold <= kv.nc <= len(kv.Rc)
+    # every match of the last batch is a true match (brute force over what the index still holds)
+    stored = set(ix.window_tuples(-np.inf, np.inf).row_ids.tolist())
+    want = {(p, r) for p, r in brute_matches(v, t, keys, lo, hi) if r in stored}
+    assert set(zip(m.probe.tolist(), m.row_ids.tolist())) <= want
+
+
+@pytest.mark.parametrize("structure", ["T1", "T2", "T3", "T4"])
+def test_compiled_maintenance_helpers_equal_numpy(structure, monkeypatch):
+    """kernels.ENABLED=False (numpy chunk merging, row norms, F2 medians, thresholds) builds the
+    same index and answers the same probes."""
+    v, t = zipf_drift(3000, rate=10.0, n_items=200, drift_every=60, seed=6)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    built = []
+    for enabled in (True, False):
+        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=16, w=32))
+        for i in range(0, len(v), 111):
+            ix.ingest(v[i:i + 111], t[i:i + 111])
+            ix.probe_many(v[i:i + 5], t[i] - 30.0, t[i] + 1.0)
+        keys, lo, hi = probe_batch(np.random.default_rng(1), v, t, ix.clock, 50)
+        built.append((ix, ix.probe_many(keys, lo, hi, with_regions=True)))
+        for g in ix.grans:
+            if g.shape is not None:
+                g.f2_nodes()
+    (a, ma), (b, mb) = built
+    assert a.to_bytes() == b.to_bytes()
+    for g, h in zip(a.grans, b.grans):
+        if g.shape is not None:
+            assert np.array_equal(g.rownorm, h.rownorm) and np.array_equal(g._f2, h._f2)
+    assert_same(ma, mb, structure)
+
+
+def test_compiled_path_follows_mutations_and_knobs():
+    """advance / compress / merge / late data / knob changes: compiled == numpy each time."""
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    cfg = dict(structure="T4", n_buckets=8, w=32, allowed_lateness=5.0)
+    v, t = zipf_drift(4000, rate=20.0, n_items=200, drift_every=30, seed=11)
+    ix = StreamIndex(decl, IndexConfig(**cfg))
+    rng = np.random.default_rng(0)
+
+    def check():
+        keys, lo, hi = probe_batch(rng, v, t, ix.clock, 30)
+        assert_same(ix.probe_many(keys, lo, hi, fade=0.8, with_regions=True), reference(ix, keys, lo, hi), "T4")
+
+    for i in range(0, 2000, 250):
+        ix.ingest(v[i:i + 250], t[i:i + 250])
+        check()
+    ix.ingest(v[1990:2000], np.maximum(np.sort(t[1990:2000] - 3.0), ix.clock - 4.0))    # late, accepted
+    check()
+    ix.config.min_estimate, ix.config.prune_sigma = 2.0, 0.5          # knobs apply immediately
+    check()
+    ix.config.min_estimate, ix.config.prune_sigma = 0.5, 1.0
+    ix.advance(ix.clock + 25.0)
+    check()
+    ix.compress(2)
+    check()
+    keep = np.arange(2000, 4000)
+    other = StreamIndex(decl, IndexConfig(**{**cfg, "w": ix.config.w}))
+    other.ingest(v[keep], t[keep] + 0.0, row_ids=keep)
+    ix.merge(other)
+    check()
+    ix.ingest(v[4000 - 1:], t[4000 - 1:] + 1.0)
+    check()
+
+
+def test_compiled_edge_cases():
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+    for structure in ("T1", "T4"):
+        ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=4, w=32))
+        m = ix.probe_many(np.array([1, 2]), 0.0, 5.0, with_regions=True)          # empty index
+        assert len(m) == 0 and m.work == 0 and len(m.regions) == 0
+        ix.ingest(np.array([1, 1, 2, 3]), np.array([1.0, 2.0, 2.0, 3.0]))
+        m = ix.probe_many(np.zeros(0, dtype=np.int64), 0.0, 5.0)                  # no probes
+        assert len(m) == 0 and m.work == 0
+        # window (tau - w, tau]: ts = 1 is out of (1, 3], ts = 3 is in
+        m = ix.probe_many(np.array([1, 3, 9]), 1.0, 3.0)
+        assert sorted(zip(m.probe.tolist(), m.row_ids.tolist())) == [(0, 1), (1, 3)]
+        assert m.values.dtype == np.int64 and m.timestamps.dtype == np.float64
+        m = ix.probe_many(np.array([1, 2]), np.array([3.0, 2.0]), np.array([3.0, 1.0]))   # empty windows
+        assert len(m) == 0
+        m = ix.probe_many(np.array([1]), -np.inf, np.inf)
+        assert m.row_ids.tolist() == [0, 1]
+        m = ix.probe_many(np.array([1.0, 2.5]), 0.0, 5.0)                          # float keys: numpy path
+        assert m.row_ids.tolist() == [0, 1]
+        # float stored values are compiled too
+        f = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=4, w=32))
+        f.ingest(np.array([0.5, 1.5, 0.5]), np.array([1.0, 2.0, 3.0]))
+        m = f.probe_many(np.array([0.5, 7.0]), 0.0, 3.0)
+        assert m.row_ids.tolist() == [0, 2] and f._kview is not None and m.values.dtype == np.float64
+        s = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=4, w=32))   # strings: numpy path
+        s.ingest(np.array(["a", "b", "a"]), np.array([1.0, 2.0, 3.0]))
+        m = s.probe_many(["a", "zz"], 0.0, 3.0)
+        assert m.row_ids.tolist() == [0, 2] and m.values.tolist() == ["a", "a"] and s._kview is None
+
+
+def test_mixed_value_dtypes_fall_back_to_numpy():
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+    for structure in ("T1", "T4"):
+        ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=4, w=32))
+        ix.ingest(np.array([1, 2, 1]), np.array([1.0, 2.0, 3.0]))
+        assert ix.probe_many(np.array([1]), 0.0, 3.0).row_ids.tolist() == [0, 2] and ix._kview is not None
+        ix.ingest(np.array([1.5, 1.0]), np.array([4.0, 5.0]))                    # float values now
+        m = ix.probe_many(np.array([1]), 0.0, 5.0)
+        assert sorted(m.row_ids.tolist()) == [0, 2, 4] and ix._kview is None
+        assert_same(ix.probe_many(np.array([1, 2]), 0.0, 5.0, fade=0.8, with_regions=True),
+                    reference(ix, np.array([1, 2]), 0.0, 5.0), "same order")      # both numpy now
+
+
+def test_output_buffers_grow():
+    """More matches / regions than the reusable buffers hold: the kernel is re-run with larger ones."""
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+    ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+    v = np.arange(5000) % 3
+    t = np.linspace(0.0, 9.0, 5000)
+    ix.ingest(v, t)
+    keys = np.repeat([0, 1, 2], 100)
+    m = ix.probe_many(keys, -1.0, 10.0, with_regions=True)
+    assert len(m) == 100 * 5000 and len(ix._kbuf.mp) >= len(m)
+    assert_same(m, reference(ix, keys, -1.0, 10.0), "T4")
+
+
+# ---------------------------------------------------------------- scan_window_many (raw-window join)
+@pytest.mark.parametrize("structure", ["T1", "T2", "T3", "T4"])
+def test_scan_window_many_equals_brute_force(structure, monkeypatch):
+    v, t = zipf_drift(3000, rate=10.0, n_items=100, drift_every=60, seed=9)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=4)
+    ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=8, w=16))
+    rng = np.random.default_rng(2)
+    for i in range(0, len(v), 400):
+        ix.ingest(v[i:i + 400], t[i:i + 400])
+        keys, lo, hi = probe_batch(rng, v[:i + 400], t[:i + 400], ix.clock, 25)
+        m = ix.scan_window_many(keys, lo, hi)
+        stored = ix.window_tuples(-np.inf, np.inf)
+        sv, st_, sr = stored.values, stored.timestamps, stored.row_ids
+        want = [(p, int(r)) for p in range(len(keys))
+                for r in sr[(sv == keys[p]) & (st_ > lo[p]) & (st_ <= hi[p])]]
+        assert list(zip(m.probe.tolist(), m.row_ids.tolist())) == want      # (probe, ts, row id) order
+        assert m.work == sum(int(((st_ > lo[p]) & (st_ <= hi[p])).sum()) for p in range(len(keys)))
+        monkeypatch.setattr(kernels, "ENABLED", False)
+        ref = ix.scan_window_many(keys, lo, hi)
+        monkeypatch.setattr(kernels, "ENABLED", True)
+        for f in ("probe", "values", "timestamps", "row_ids"):
+            assert np.array_equal(getattr(m, f), getattr(ref, f)), f
+        assert m.work == ref.work
+    empty = StreamIndex(decl, IndexConfig(structure=structure))
+    assert len(empty.scan_window_many(np.array([1]), 0.0, 1.0)) == 0
+
+
+# ---------------------------------------------------------------- kernels
+@pytest.mark.parametrize("B,w", [(64, 64), (16, 4096), (1, 64), (10, 128), (7, 1)])
+def test_hash_kernel_equals_cell_hasher(B, w):
+    cs = CountSketch(5, w, 3)
+    h = CellHasher(cs, B, 3 ^ _BUCKET_SALT)
+    assert h.fused
+    rng = np.random.default_rng(0)
+    keys = np.concatenate([rng.integers(-2**63, 2**63 - 1, 500), np.arange(-5, 5), [0]])
+    got = kernels.hash_cells(keys.view(np.uint64), h._offs[0], h._offs[1], np.ascontiguousarray(h._mult[:, 0]),
+                             h._shift, h._logw, B)
+    for a, b in zip(got, h(keys)):
+        assert np.array_equal(a, b)
+
+
+def test_window_and_ranges_kernels():
+    rng = np.random.default_rng(5)
+    T = np.sort(rng.integers(0, 50, 300).astype(float))           # many ties
+    V = rng.integers(0, 10, 300)
+    keys = rng.integers(0, 12, 40)
+    lo = rng.integers(-5, 55, 40).astype(float)
+    hi = lo + rng.integers(-3, 30, 40)
+    n, mp, mj, work = kernels.scan_window(V, T, keys, lo, hi, cap=1)          # also exercises the regrowth
+    want = [(p, j) for p in range(40) for j in range(300) if V[j] == keys[p] and lo[p] < T[j] <= hi[p]]
+    assert list(zip(mp[:n].tolist(), mj[:n].tolist())) == want
+    assert work == sum(max(0, int(np.searchsorted(T, hi[p], "right") - np.searchsorted(T, lo[p], "right")))
+                       for p in range(40))
+    leaf_lo = np.array([3.0, np.inf, 1.0, 7.0])
+    leaf_hi = np.array([4.0, -np.inf, 2.0, 9.0])
+    lo_, hi_ = np.empty(7), np.empty(7)
+    kernels.pyramid_ranges(leaf_lo, leaf_hi, lo_, hi_)
+    assert lo_.tolist() == [3.0, np.inf, 1.0, 7.0, 3.0, 1.0, 1.0]
+    assert hi_.tolist() == [4.0, -np.inf, 2.0, 9.0, 4.0, 9.0, 9.0]
+    offs = np.array([[0, 2, 2, 5], [0, 0, 3, 3], [0, 1, 1, 1]])
+    assert kernels.concat_perm(offs).tolist() == [0, 1, 8, 5, 6, 7, 2, 3, 4]
+
+
+def test_warm_up_is_idempotent():
+    kernels.warm_up()
+    kernels.warm_up()
+    assert kernels.comparable(np.int64, np.int32) == np.int64
+    assert kernels.comparable(np.float64, np.int64) == np.float64
+    assert kernels.comparable(np.dtype("U3"), np.int64) is None
