@@ -16,6 +16,12 @@ if [ "$need_java" = 1 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless
 fi
+if ! command -v javac >/dev/null 2>&1; then  # compiles sketchql's JVM count sketch (sketchql/spark/java)
+  echo "setup: installing a JDK (javac) for the JVM count-sketch engine"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless
+fi
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

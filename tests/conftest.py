@@ -22,15 +22,19 @@ def spark():
     pyspark = pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
-    session = (
+    from sketchql.spark.jvm import session_conf  # the JVM count-sketch jar (compiled once, cached)
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("sketchql-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
+    for k, v in session_conf().items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

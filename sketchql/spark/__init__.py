@@ -4,7 +4,10 @@
   :func:`build_index` (the index of a ``CREATE SUMMARY``): ``mapInArrow`` runs
   the engine's numpy sketch code on each partition's Arrow batches, partial
   summaries are tree-reduced to one on the driver (byte-identical count
-  sketches to a single-process build);
+  sketches to a single-process build); a plain count sketch is by default
+  hashed inside the JVM instead (:mod:`sketchql.spark.jvm`, same bytes, no
+  Python transfer), and the index build skips rows older than the
+  declaration's history before they reach Python (same bytes);
 * continuous maintenance -- :func:`maintain` (Structured Streaming
   ``foreachBatch``, exactly once across restarts via checkpoint + idempotent
   batch ids) publishing into a summary store (:mod:`sketchql.spark.store`);

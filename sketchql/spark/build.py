@@ -15,6 +15,13 @@ split.  The index job relies on the index's own exact merge (T3 fixed zones).
 A *job* says what to build: :class:`CountSketchJob` (one column, d, w, seed)
 or :class:`~sketchql.spark.index_job.IndexJob` (a ``CREATE SUMMARY``).
 
+Engines for a plain count sketch (``engine=``): ``"jvm"`` hashes and counts
+inside the executors (:mod:`sketchql.spark.jvm`, same bytes, no JVM -> Python
+transfer), ``"arrow"`` is the ``mapInArrow`` path above, ``"auto"`` (default)
+takes the JVM one when the session has its jar and the key type is hashed
+there (ints, booleans, floats, strings, binary), else Arrow.  The index is
+always built by the Arrow path.
+
 >>> # doctest: +SKIP
 >>> res = build_countsketch(spark.read.parquet("events/"), "item", d=5, w=4096, seed=0)
 >>> res.summary.estimate([42]), res.rows, res.null_keys
@@ -68,6 +75,7 @@ class BuildResult:
     max_ts: float = math.nan
     partitions: int = 0
     meta: dict = field(default_factory=dict)
+    engine: str = "arrow"   # how it was built ("jvm" or "arrow"); not part of the saved stats
 
     def stats(self) -> dict:
         out = dict(self.meta, rows=self.rows, null_keys=self.null_keys, partitions=self.partitions)
@@ -95,11 +103,16 @@ class CountSketchJob:
     kind = "countsketch"
 
     def __init__(self, column: str, d: int = 5, w: int = 4096, seed: int = 0, name: str | None = None,
-                 preaggregate: bool = False):
+                 preaggregate: bool = False, engine: str = "auto"):
+        from .jvm import ENGINES
+
         CountSketch(d, w, seed)  # validates d, w, seed early, on the driver
+        if engine not in ENGINES:
+            raise SparkInputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.column, self.d, self.w, self.seed = column, int(d), int(w), int(seed)
         self.name = name or f"cs_{column}"
         self.preaggregate = bool(preaggregate)
+        self.engine = engine
 
     def prepare(self, df):
         """Validate the schema; return the projected DataFrame the mapper reads.
@@ -157,10 +170,18 @@ def build_partials(df, job, tree_depth: int = 2, driver_merge_max: int = DRIVER_
     Returns ``(payload | None, rows, null_keys, null_ts, min_ts, max_ts, n_partitions)``.
     """
     projected = job.prepare(df)
+    restrict = getattr(job, "restrict", None)   # index jobs: skip rows the summary cannot keep
+    if restrict is not None:
+        projected = restrict(projected)
     parts = projected.mapInArrow(job.mapper(), PARTIAL_DDL)
     merge_payload = job.merge_payload
 
     def merge(a, b):
+        # a partial that summarized no row is a fresh summary: the identity of merge
+        # (skipping it saves decoding and re-encoding the other side)
+        if a[1] == 0 or b[1] == 0:
+            keep = b[0] if a[1] == 0 else a[0]
+            return merge_partials(a, b, lambda x, y: keep)
         return merge_partials(a, b, merge_payload)
 
     try:
@@ -190,18 +211,46 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
     return exc
 
 
+def _build_jvm(df, job, tree_depth: int) -> BuildResult | None:
+    """The JVM engine for a count-sketch job, or None when the Arrow path must run."""
+    from .jvm import build_countsketch_jvm, resolve_engine
+
+    if getattr(job, "kind", None) != "countsketch":
+        return None
+    job.column = resolve_column(df, job.column, "key", _KEY_TYPES)
+    if resolve_engine(df, job.column, job.engine, weighted=job.preaggregate) != "jvm":
+        return None
+    try:
+        sk, rows, nk, n = build_countsketch_jvm(df, job.column, job.d, job.w, job.seed, tree_depth)
+    except SparkInputError:
+        raise
+    except Exception as exc:
+        raise _unwrap_worker_error(exc) from None
+    return BuildResult(sk, rows, nk, 0, math.nan, math.nan, n, job.meta(), engine="jvm")
+
+
 def build(df, job, tree_depth: int = 2, driver_merge_max: int = DRIVER_MERGE_MAX) -> BuildResult:
     """Build ``job``'s summary from ``df`` (distributed), merged on the driver."""
+    res = _build_jvm(df, job, tree_depth)
+    if res is not None:
+        return res
     payload, rows, nk, nt, lo, hi, n = build_partials(df, job, tree_depth, driver_merge_max)
     summary = job.empty() if payload is None else job.decode(payload)
     lo = math.nan if lo is None else float(lo)
     hi = math.nan if hi is None else float(hi)
-    return BuildResult(summary, rows, nk, nt, lo, hi, n, job.meta())
+    res = BuildResult(summary, rows, nk, nt, lo, hi, n, job.meta())
+    finish = getattr(job, "finish", None)
+    return res if finish is None else finish(res)
 
 
 def build_countsketch(df, column: str, d: int = 5, w: int = 4096, seed: int = 0,
                       tree_depth: int = 2, preaggregate: bool = False,
-                      driver_merge_max: int = DRIVER_MERGE_MAX) -> BuildResult:
-    """Count sketch of ``df[column]`` built per partition; byte-identical to one process."""
-    return build(df, CountSketchJob(column, d, w, seed, preaggregate=preaggregate), tree_depth,
+                      driver_merge_max: int = DRIVER_MERGE_MAX, engine: str = "auto") -> BuildResult:
+    """Count sketch of ``df[column]`` built per partition; byte-identical to one process.
+
+    ``engine``: ``"auto"`` (JVM when possible, else Arrow), ``"jvm"`` (raise if
+    impossible) or ``"arrow"`` (``mapInArrow``); see the module docstring.
+    ``res.engine`` says which one ran.
+    """
+    return build(df, CountSketchJob(column, d, w, seed, preaggregate=preaggregate, engine=engine), tree_depth,
                  driver_merge_max)

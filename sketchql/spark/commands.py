@@ -79,7 +79,7 @@ def _cmd_spark_build(args) -> int:
         if args.sketch_only:
             job = CountSketchJob(spec.attr, 5 if args.d is None else args.d, 4096 if args.w is None else args.w,
                                  0 if args.seed is None else args.seed, name=spec.name,
-                                 preaggregate=args.preaggregate)
+                                 preaggregate=args.preaggregate, engine=args.engine)
         else:
             from .index_job import IndexJob
 
@@ -117,7 +117,10 @@ def _cmd_spark_build(args) -> int:
         stats = res.stats()
         print(f"built {job.kind} {name!r}: {stats['rows']} rows, {stats['null_keys']} null keys skipped"
               + (f", {stats['null_ts']} null timestamps skipped" if stats.get("null_ts") else "")
-              + f", {res.partitions} partitions -> {args.out}")
+              + f", {res.partitions} partitions"
+              + (f", {res.engine} engine" if job.kind == "countsketch" else "")
+              + (f", {job.last_pruned} rows older than the declared history skipped in the JVM"
+                 if getattr(job, "last_pruned", 0) else "") + f" -> {args.out}")
         return 0
     finally:
         if not args.keep_session:
@@ -222,6 +225,9 @@ def register(subparsers) -> None:
                    help="index structure (default T3: fixed zones, exact merge)")
     b.add_argument("--preaggregate", action="store_true",
                    help="with --sketch-only: count keys in Spark first, sketch (key, count) pairs (same bytes)")
+    b.add_argument("--engine", default="auto", choices=["auto", "jvm", "arrow"],
+                   help="with --sketch-only: jvm = hash in the executors (jar on the classpath), arrow = "
+                        "mapInArrow + numpy, auto (default) = jvm when possible (same bytes either way)")
     b.add_argument("--partitions", type=int, default=0, help="repartition the input first (0: keep)")
     b.add_argument("--tree-depth", type=int, default=2, help="depth of the merge tree")
     b.add_argument("--conf", action="append", help="extra Spark setting key=value (repeatable)")

@@ -8,7 +8,10 @@ Defaults (:func:`spark_session`):
   sketchql) as the driver;
 * Arrow on (``spark.sql.execution.arrow.pyspark.enabled``), Arrow batches of
   ``maxRecordsPerBatch`` rows into ``mapInArrow``;
-* the web UI and Spark's console progress bar off (we print our own line).
+* the web UI and Spark's console progress bar off (we print our own line);
+* the JVM count-sketch jar (:mod:`sketchql.spark.jvm`) on the driver and
+  executor classpaths (``spark.jars`` + ``spark.driver.extraClassPath``): plain
+  count sketches are then hashed inside the executors, with no Python transfer.
 
 Running on a real cluster
 -------------------------
@@ -27,6 +30,11 @@ Running on a real cluster
   filesystem driver installed, ``s3://``, ``hdfs://``, ``gs://`` URIs.  The
   streaming checkpoint (``checkpointLocation``) must be on a fault-tolerant
   shared file system (HDFS/S3) -- that is Spark's own requirement;
+* the JVM count-sketch jar is compiled on the driver (needs ``javac``; else
+  plain sketches use the mapInArrow path) and shipped to the executors by
+  ``spark.jars``; with ``--deploy-mode cluster`` the driver runs elsewhere, so
+  put the jar (``sketchql.spark.jvm.ensure_jar()``) on shared storage and pass
+  it with ``--conf spark.jars=...`` / ``spark.driver.extraClassPath``;
 * useful settings: ``--conf spark.executor.memory=4g``,
   ``--conf spark.executor.cores=4``, ``--conf spark.sql.execution.arrow.maxRecordsPerBatch=65536``.
 """
@@ -56,13 +64,23 @@ def python_env() -> None:
 
 
 def spark_session(master: str | None = None, app_name: str = "sketchql", conf: dict | None = None,
-                  ship: bool | None = None, log_level: str = "ERROR"):
-    """Get or create a SparkSession with sketchql's defaults (see module docstring)."""
+                  ship: bool | None = None, log_level: str = "ERROR", jvm_engine: bool = True):
+    """Get or create a SparkSession with sketchql's defaults (see module docstring).
+
+    ``jvm_engine``: put the JVM count-sketch jar on the classpath
+    (:mod:`sketchql.spark.jvm`; compiled with ``javac`` on first use and
+    cached; skipped silently when no JDK is installed).
+    """
     python_env()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
-    for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if jvm_engine:  # the JVM count-sketch jar on the classpath (compiled once, cached)
+        from .jvm import session_conf
+
+        settings = session_conf(settings)
+    for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)

@@ -13,6 +13,21 @@ Row ids: a ``row_id_col`` of the input (integers, unique), or else generated
 by Spark's ``monotonically_increasing_id()`` (partition index << 33 + position:
 unique, deterministic for a given input partitioning).
 
+Pruning expired history (``prune=True``, default): the index keeps at most
+``history + span(G_m)`` seconds behind its clock (``SummaryDeclaration.history``
+plus one zone of the coarsest granularity); anything older is dropped by
+COLLAPSE / ring expiry whatever else arrives.  So one cheap JVM aggregate
+first finds the newest timestamp ``t_max`` (plus ``min_ts``, the largest row
+id and the row count), and rows with a valid key and
+``ts <= t_max - 2 (history + span(G_m)) - 2 T1`` (twice the retained extent) are
+filtered out in the JVM before ``mapInArrow``: they would be expired on
+arrival at the merged clock.  The merged index is unchanged (the tests check
+``to_bytes`` against a one-process ingest of *all* rows); the only state such
+rows leave behind is the row-id counter, restored from the aggregate's
+largest row id.  ``rows`` still counts them.  This skips both the JVM ->
+Python transfer and the ingest of rows the declaration does not keep -- the
+bulk of a long input whose declaration covers minutes.
+
 Memory: a partition's rows are buffered (24 bytes per row plus the key) before
 ingest; repartition huge inputs so partitions stay within executor memory.
 The merged index holds only the history the declaration covers (older tuples
@@ -35,6 +50,9 @@ from .declaration import SummarySpec, parse_summary_declaration
 from .partition import SparkInputError, _partial_row, key_array, seconds_array
 
 _RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
+# timestamp types whose seconds Spark SQL computes exactly as seconds_array() does
+_PRUNE_TS_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType",
+                   "TimestampType", "DateType"}
 ROW_ID = "__sketchql_row_id"
 
 
@@ -145,7 +163,7 @@ class IndexJob:
     kind = "index"
 
     def __init__(self, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
-                 name: str | None = None, **config_overrides):
+                 name: str | None = None, prune: bool = True, **config_overrides):
         if isinstance(spec, str):
             spec = parse_summary_declaration(spec)
         self.spec = spec
@@ -156,6 +174,9 @@ class IndexJob:
         self.key, self.ts_col, self.row_id_col = spec.attr, timestamp_col, row_id_col
         self.name = name or spec.name
         self.row_id_base = 0  # added to generated row ids (streaming: ids continue across micro-batches)
+        self.prune = bool(prune)
+        self._pruned = None   # (rows_in_input, min_ts, max_rid) of the last restrict() that pruned
+        self.last_pruned = 0  # rows the last build skipped as expired
 
     def before_batch(self, current) -> None:
         """Streaming hook: generated row ids of the next micro-batch start after the
@@ -175,6 +196,60 @@ class IndexJob:
         if self.row_id_base:
             rid = rid + F.lit(self.row_id_base)
         return df.select(self.key, self.ts_col, rid.alias(ROW_ID))
+
+    def prune_margin(self) -> float:
+        """Seconds behind the newest timestamp beyond which rows cannot survive (x2 for safety)."""
+        d = self.decl
+        return 2.0 * (d.history + d.span(d.depth)) + 2.0 * d.granularity
+
+    def restrict(self, projected):
+        """The projected rows worth sending to Python (see "Pruning" in the module docstring)."""
+        self._pruned = None
+        self.last_pruned = 0
+        if not self.prune:
+            return projected
+        from pyspark.sql import functions as F
+
+        types = {f.name: type(f.dataType).__name__ for f in projected.schema.fields}
+        ktype, ttype = types[self.key], types[self.ts_col]
+        if ttype not in _PRUNE_TS_TYPES:
+            return projected
+        k, t = F.col(self.key), F.col(self.ts_col)
+        rid = F.col(self.row_id_col or ROW_ID)
+        if ttype == "TimestampType":
+            secs = F.unix_micros(t) / F.lit(1e6)
+        elif ttype == "DateType":
+            secs = F.unix_date(t).cast("double") * F.lit(86400.0)
+        else:
+            secs = t.cast("double")
+        valid = k.isNotNull() & t.isNotNull() & ~F.isnan(secs)
+        if ktype in ("FloatType", "DoubleType"):
+            valid = valid & ~F.isnan(k)
+        agg = projected.agg(F.count(F.lit(1)).alias("n"), F.min(F.when(valid, secs)).alias("lo"),
+                            F.max(F.when(valid, secs)).alias("hi"), F.max(F.when(valid, rid)).alias("rid")
+                            ).collect()[0]
+        if agg["hi"] is None:
+            return projected
+        cutoff = float(agg["hi"]) - self.prune_margin()
+        if not float(agg["lo"]) <= cutoff:
+            return projected  # nothing old enough to prune
+        self._pruned = (int(agg["n"]), float(agg["lo"]), -1 if agg["rid"] is None else int(agg["rid"]))
+        return projected.where(~valid | (secs > F.lit(cutoff)))
+
+    def finish(self, res: BuildResult) -> BuildResult:
+        """Account for the pruned rows (count, first timestamp, row-id counter)."""
+        if self._pruned is None:
+            return res
+        n_all, lo, max_rid = self._pruned
+        self._pruned = None
+        self.last_pruned = n_all - res.null_keys - res.null_ts - res.rows
+        res.rows += self.last_pruned
+        res.min_ts = lo
+        ix = res.summary
+        # pruned rows leave one trace in the index: the row-id counter (next_row) of a full ingest
+        if hasattr(ix, "_next_row"):
+            ix._next_row = max(int(ix._next_row), max_rid + 1)
+        return res
 
     def mapper(self):
         return index_mapper(self.decl.to_dict(), self.config.to_dict(), self.key, self.ts_col,
@@ -200,9 +275,12 @@ class IndexJob:
 
 
 def build_index(df, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
-                tree_depth: int = 2) -> BuildResult:
-    """The StreamIndex of ``spec`` (a SummarySpec or the CREATE SUMMARY text) over ``df``."""
-    return build(df, IndexJob(spec, timestamp_col, row_id_col, config), tree_depth)
+                tree_depth: int = 2, prune: bool = True) -> BuildResult:
+    """The StreamIndex of ``spec`` (a SummarySpec or the CREATE SUMMARY text) over ``df``.
+
+    ``prune``: skip rows older than the declaration can keep (module docstring).
+    """
+    return build(df, IndexJob(spec, timestamp_col, row_id_col, config, prune=prune), tree_depth)
 
 
 def index_estimate(ix, values, t_from=None, t_to=None) -> list[dict]:
