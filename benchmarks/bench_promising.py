@@ -46,7 +46,9 @@ Wall clock (``--wall``, on by default at 10 and 20 ms, one-minute window):
 the same join with ``TimeBudget(fraction=f, wall_clock=True)`` -- every
 arrival brings ``f * gap`` seconds of real time and each operator is charged
 the time it actually spends (after the unit-budget join figures, which have
-compiled the index's kernels).  Timings depend on the machine load.
+compiled the index's kernels).  Timings depend on the machine load; the
+table is followed by one ``# wall-clock desc/SHJ output ratio: ...`` line
+(ratio per rate and CPU fraction, with the 1-minute load average).
 
 Selection (Figure 15a): besides % of output, the units per arrival each
 approach *needs* to answer all 100 queries (measured with an unlimited
@@ -377,6 +379,12 @@ def main(argv=None):
         table("Wall-clock budget -- desc PT-Join vs SIMPLE-SHJ, one-minute window: each arrival brings "
               "cpu_frac * gap seconds; units = work units each got done in that real time (noisy: shared machine)",
               ["ms", "cpu_frac", "cpu_s", "exact", "shj%", "pt_desc%", "ratio", "shj_units", "pt_units", "sec"], rows)
+        try:
+            load = " load_avg_1m=%.2f" % os.getloadavg()[0]
+        except OSError:   # pragma: no cover - no load average on this platform
+            load = ""
+        print("# wall-clock desc/SHJ output ratio: " + " ".join(f"{r[0]:g}ms@cpu{r[1]:g}={r[6]:.3f}" for r in rows)
+              + load)
 
     if "selection" in only:
         S = {ms: run_selection(ms / 1000.0, 100, sel_dur, ups, need=True) for ms in sel_rates}

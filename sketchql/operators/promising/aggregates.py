@@ -85,7 +85,8 @@ class PTAggregate(PTSelection):
 
     def __init__(self, queries, func: str = "avg", attr: str = "item", value_attr: str = "price",
                  stream: int = 0, window: float = 60.0, domain=None, n_buckets: int = 128,
-                 zone_seconds: float = 2.0, seed: int = 0, bank: float = 0.0, name: str | None = None):
+                 zone_seconds: float = 2.0, seed: int = 0, bank: float = 0.0, name: str | None = None,
+                 probe_batch="auto"):
         func = str(func).lower()
         if func not in FUNCS:
             raise SketchQLError(f"PTAggregate: func must be one of {FUNCS}, got {func!r}")
@@ -93,7 +94,7 @@ class PTAggregate(PTSelection):
             raise SketchQLError(f"PTAggregate: window must be a finite number of seconds > 0, got {window!r}")
         super().__init__(queries, attr=attr, stream=stream, window=window, domain=domain, n_buckets=n_buckets,
                          zone_seconds=zone_seconds, value_attr=value_attr, seed=seed, bank=bank,
-                         name=name or f"pt_{func}")
+                         name=name or f"pt_{func}", probe_batch=probe_batch)
         self.func = func
         self.preference = PREFERENCE_OF[func]
         nq = len(self.queries)

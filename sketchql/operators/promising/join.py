@@ -44,8 +44,17 @@ Work units (``sketchql.approx.UNIT_COSTS``, the same prices SIMPLE-SHJ pays):
 ``probe`` per cell opened and ``compare`` per stored tuple of the cell.  On a
 wall-clock budget (``set_wall_clock(True)``, done by ``replay`` for
 ``TimeBudget(wall_clock=True)``) the account is in seconds and is charged the
-real time spent (``time.perf_counter``) in ingest + planning and per queue
-entry; the work units are still counted in ``stats()``.
+real time spent (``time.perf_counter``) in ingest + planning and per probe
+batch; the work units are still counted in ``stats()``.
+
+Probing is batched (:meth:`PTJoin.drain`): the next k entries are popped in
+priority order, the expired ones dropped vectorized, the prefix whose
+estimated cost reaches the account kept (the rest goes back), every
+(value, cell, window) row of the batch scanned in one ``scan_many`` call per
+source and the pairs deduplicated and emitted at once.  The real cost is
+charged after the batch and an overrun is carried as debt into the next
+tick, so the work charged never exceeds the allowances by more than one
+batch.  ``probe_batch=1`` keeps the per-entry loop (reference path).
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave, exact_join_pairs
@@ -67,10 +76,14 @@ import numpy as np
 from ...errors import SketchQLError
 from .costs import COSTS
 from .output import PairOutput
+from .pairset import PairSet
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 
-_FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind")
+_FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind", "size")
+#: most entries popped per batch, and the first wall-clock batch (before calibration)
+_MAX_BATCH, _FIRST_WALL_BATCH = 4096, 8
+_ROW_BITS = 20   # (batch row, cell) pairs are packed as cell << 20 | row (rows < 2^20)
 
 
 class PTJoin(PairOutput):
@@ -95,12 +108,14 @@ class PTJoin(PairOutput):
     weight : the query's CPU weight when several queries share the CPU.
     aging : ``None`` (default: ``-ln(fade) / T1`` for desc and asc, off for
         weighted), ``False``/``0`` (off) or lambda in 1/seconds (module doc).
+    probe_batch : ``"auto"`` (default: batched probing, see :meth:`drain`) or
+        ``1`` (the reference path: one queue entry per Python iteration).
     """
 
     def __init__(self, window: float = 60.0, preference: str = "desc", fade: float = 0.8,
                  streams=(0, 1), key: str = "item", seed: int = 0, source="index",
                  source_options: dict | None = None, outlier_quantile: float = 0.05,
-                 weight: float = 1.0, name: str = "pt_join", aging=None):
+                 weight: float = 1.0, name: str = "pt_join", aging=None, probe_batch="auto"):
         if not (window > 0):
             raise SketchQLError(f"PTJoin: window must be > 0 seconds, got {window!r}")
         if not (0 < fade <= 1):
@@ -121,7 +136,12 @@ class PTJoin(PairOutput):
             self.sources = [make_source(s, self.window, seed, source_options) for s in source]
         else:
             self.sources = [make_source(source, self.window, seed, source_options) for _ in range(2)]
-        self._dedup = set() if any(s.may_repeat for s in self.sources) else None
+        self._dedup = PairSet() if any(s.may_repeat for s in self.sources) else None
+        if not (probe_batch == "auto" or (isinstance(probe_batch, int) and probe_batch >= 1)):
+            raise SketchQLError(f"PTJoin: probe_batch must be 'auto' or an integer >= 1, got {probe_batch!r}")
+        self.probe_batch = probe_batch
+        self._sec_per_unit = None   # wall clock: measured seconds per estimated work unit
+        self._mean_cost = 16.0      # recent mean estimated units per entry (batch sizing)
         self.aging = self._aging_rate(aging)
         self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS, aging=self.aging)
         self.account = 0.0
@@ -131,11 +151,13 @@ class PTJoin(PairOutput):
         self._out = self._new_pair_log()
         self._ticks = 0
         self._asc_hist = ([], [])  # (counts, weights) of recent probes, for the outlier threshold
-        self._covered: dict = {}   # sweep entry id -> cells already queued for its probe
+        self._covered: dict = {}   # sweep entry id -> cells already queued (probe_batch=1 path)
+        self._cov = ([], [])       # (sweep entry ids ascending, cell) already queued (batched path)
+        self._cov_arr = None
         self._asc_thr = math.inf
         self._stats = {"work": 0.0, "insert_work": 0.0, "node_work": 0.0, "probes": 0, "compares": 0,
                        "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
-                       "discarded_partners_expired": 0}
+                       "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -218,7 +240,7 @@ class PTJoin(PairOutput):
                 r = rows[probe]
                 cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
                         "side": np.full(r.shape[0], side, np.int8), "cell": cell, "gran": gran,
-                        "kind": np.zeros(r.shape[0], np.int8)}
+                        "kind": np.zeros(r.shape[0], np.int8), "size": np.asarray(size, np.int64)}
                 wgt = np.power(self.fade, (gran - 1).astype(np.float64)) if self.preference == "weighted" else None
                 self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt,
                                                          t=batch.ts[r])
@@ -228,10 +250,20 @@ class PTJoin(PairOutput):
                 base = self.queue.n
                 cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
                         "side": np.full(r.shape[0], side, np.int8), "cell": np.full(r.shape[0], -1, np.int64),
-                        "gran": np.zeros(r.shape[0], np.int64), "kind": np.ones(r.shape[0], np.int8)}
+                        "gran": np.zeros(r.shape[0], np.int64), "kind": np.ones(r.shape[0], np.int8),
+                        "size": np.zeros(r.shape[0], np.int64)}
                 self.queue.push_last(cols, batch.seq[r])
                 # cells already queued per probe (excluded from its sweep)
-                if probe.shape[0]:
+                if probe.shape[0] and self.probe_batch != 1:
+                    pos_of_row = np.full(rows.shape[0], -1, np.int64)
+                    pos_of_row[np.flatnonzero(admitted)] = np.arange(r.shape[0])
+                    o = np.argsort(probe, kind="stable")
+                    j = pos_of_row[probe[o]]
+                    ok = j >= 0
+                    self._cov[0].append(base + j[ok])      # ascending entry ids
+                    self._cov[1].append(np.asarray(cell[o][ok], np.int64))
+                    self._cov_arr = None
+                elif probe.shape[0]:
                     pos_of_row = np.full(rows.shape[0], -1, np.int64)
                     pos_of_row[np.flatnonzero(admitted)] = np.arange(r.shape[0])
                     o = np.argsort(probe, kind="stable")
@@ -247,6 +279,18 @@ class PTJoin(PairOutput):
             horizon = self._t0 - self.window
             self.queue.prune(lambda ids: E["ts"][ids] > horizon)
             self._covered = {k: v for k, v in self._covered.items() if E["ts"][k] > horizon}
+            ce, cc = self._covered_arrays()
+            if ce.shape[0]:
+                live = E["ts"][ce] > horizon
+                self._cov, self._cov_arr = ([ce[live]], [cc[live]]), None
+            if self._dedup is not None:   # pairs whose probe tuple expired cannot be found again
+                ts_of = E["ts"]
+                rid_live = E["rid"][ts_of > horizon]
+                if rid_live.shape[0]:
+                    lo = int(rid_live.min())
+                    self._dedup.keep(lambda k: (k >> 32) >= lo)
+                else:
+                    self._dedup = PairSet()
 
     def _asc_priority(self, side, vals, probe, gran, t_from, cache=None):
         """asc: the preference function is the value's estimated count in the
@@ -296,8 +340,207 @@ class PTJoin(PairOutput):
         if what:
             self._stats[what] += units
 
+    def _covered_arrays(self):
+        if self._cov_arr is None:
+            ce, cc = self._cov
+            self._cov_arr = (np.concatenate(ce) if ce else np.zeros(0, np.int64),
+                             np.concatenate(cc) if cc else np.zeros(0, np.int64))
+            self._cov = ([self._cov_arr[0]], [self._cov_arr[1]])
+        return self._cov_arr
+
+    def _batch_size(self, need: float, mean_cost: float) -> int:
+        """Entries to pop for a batch: enough to cover ``need`` estimated
+        units at the recent mean estimated cost per entry, plus a margin."""
+        if self.probe_batch != "auto":
+            return int(self.probe_batch)
+        if not math.isfinite(need):
+            return _MAX_BATCH
+        return int(min(_MAX_BATCH, max(4, 1.5 * need / max(mean_cost, 1.0) + 4)))
+
     def drain(self) -> None:
-        """Step 4: probe the queue until the budget runs out."""
+        """Step 4: probe the queue until the budget runs out, in batches.
+
+        Each batch pops the next ``k`` entries in priority order
+        (:meth:`EntryQueue.pop_many`, the order of ``k`` successive pops),
+        drops the expired ones (probe tuple out of the window, or every
+        partner of the cell expired) vectorized, and keeps the shortest prefix
+        whose *estimated* cost reaches the account: an entry's estimate is
+        ``probe + compare * n`` with ``n`` the cell's tuple count when it was
+        queued (a sweep: its remaining cells, counted now); on a wall-clock
+        budget the account (seconds) is first converted to estimated units
+        with the measured seconds per unit of the previous batches.  The rest
+        of the popped entries go back unchanged (:meth:`EntryQueue.unpop_last`).
+        All (entry value, cell, t_lo, t_hi) rows of the batch are then scanned
+        in one ``scan_many`` call per source and the pairs emitted with one
+        vectorized dedup.  The *real* cost (units: probes + tuples compared;
+        wall clock: seconds) is charged after the batch; an overrun leaves the
+        account negative, a debt the next tick's allowance pays first.  So
+        over any run the work charged is at most the allowances granted plus
+        the overrun of one batch (the last one), and a batch is cut where its
+        estimate first reaches the account, as the per-entry loop stopped
+        after the entry that exhausted it (``probe_batch=1`` keeps that loop).
+        ``k`` adapts: ~1.5 x the entries the account covers at the recent mean
+        estimated cost per entry (at most 4096)."""
+        if self.probe_batch == 1:
+            return self._drain_serial()
+        if self.account <= 0 or not len(self.queue):
+            if not len(self.queue):
+                self.account = min(self.account, 0.0)  # idle time cannot be banked
+            return
+        E = self.queue.arrays()
+        w = self.window
+        horizon = self._t0 - w   # expired before this tick began (module doc)
+        wall = self.wall
+        clock = time.perf_counter
+        mean_cost = self._mean_cost
+        while self.account > 0 and len(self.queue):
+            t_start = clock() if wall else 0.0
+            if wall:
+                rate = self._sec_per_unit
+                need = self.account / rate if rate else math.nan
+            else:
+                need = self.account
+            if need != need:   # wall clock, not calibrated yet: a small first batch
+                k, need = _FIRST_WALL_BATCH, math.inf
+            else:
+                k = self._batch_size(need, mean_cost)
+            ids = self.queue.pop_many(k)
+            took, est = self._probe_batch(E, ids, horizon, need)
+            self.queue.unpop_last(ids.shape[0] - took)
+            if took and est > 0:
+                mean_cost = 0.8 * mean_cost + 0.2 * est / took
+            if wall:
+                dt = clock() - t_start
+                self.account -= dt
+                self._stats["max_batch_work"] = max(self._stats["max_batch_work"], dt)
+                if est > 0:
+                    r = dt / est
+                    self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+        self._mean_cost = mean_cost
+        if not len(self.queue):
+            self.account = min(self.account, 0.0)
+
+    def _probe_batch(self, E, ids, horizon, need):
+        """Probe the prefix of ``ids`` whose estimated cost reaches ``need``;
+        returns (entries taken, their estimated cost).  Charges the real cost
+        in work units (the caller charges wall-clock time)."""
+        n = ids.shape[0]
+        w = self.window
+        x_ts = E["ts"][ids]
+        side = E["side"][ids]
+        kind = E["kind"][ids]
+        cell = E["cell"][ids]
+        val = E["val"][ids]
+        t_lo = np.maximum(x_ts - w, horizon)
+        alive = x_ts > horizon
+        gone = np.zeros(n, bool)
+        est = np.zeros(n)
+        reg = alive & (kind == 0)
+        swp = np.flatnonzero(alive & (kind != 0))
+        # regular entries: one cell each, skipped if every partner there expired
+        for sd in (0, 1):
+            m = np.flatnonzero(reg & (side == sd))
+            if m.shape[0]:
+                gone[m] = self.sources[1 - sd].cell_end_many(cell[m]) <= t_lo[m]
+        live = reg & ~gone
+        est[live] = COSTS["probe"] + COSTS["compare"] * E["size"][ids[live]]
+        # sweep entries: their remaining cells (those not queued as regions)
+        s_row = s_cell = np.zeros(0, np.int64)
+        if swp.shape[0]:
+            rows, cells, costs = [], [], []
+            ce, cc = self._covered_arrays()
+            for sd in (0, 1):
+                m = swp[side[swp] == sd]
+                if not m.shape[0]:
+                    continue
+                r, c, sz = self.sources[1 - sd].rest_cells_many(val[m], t_lo[m], x_ts[m])
+                r = m[r]
+                if r.shape[0] and ce.shape[0]:
+                    lo = np.searchsorted(ce, ids[m], "left")
+                    hi = np.searchsorted(ce, ids[m], "right")
+                    cnt = hi - lo
+                    if cnt.sum():
+                        rep = np.repeat(np.arange(m.shape[0]), cnt)
+                        at = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + lo[rep]
+                        ex = (cc[at] << _ROW_BITS) | m[rep]
+                        keep = ~np.isin((c << _ROW_BITS) | r, ex)
+                        r, c, sz = r[keep], c[keep], sz[keep]
+                rows.append(r); cells.append(c); costs.append(COSTS["probe"] + COSTS["compare"] * sz)
+            if rows:
+                s_row, s_cell = np.concatenate(rows), np.concatenate(cells)
+                np.add.at(est, s_row, np.concatenate(costs))
+        # the prefix of the batch whose estimate reaches the account
+        cum_before = np.cumsum(est) - est
+        took = max(1, int(np.searchsorted(cum_before, need, "left"))) if math.isfinite(need) else n
+        took = min(took, n)
+        st = self._stats
+        st["batches"] += 1
+        st["discarded"] += int((~alive[:took]).sum())
+        st["discarded_partners_expired"] += int(gone[:took].sum())
+        st["sweeps"] += int((swp < took).sum())
+        # scan rows: (batch row, cell), in batch order (sweeps: zone order)
+        r0 = np.flatnonzero(live[:took])
+        s_ok = s_row < took
+        srow = np.concatenate([r0, s_row[s_ok]])
+        scell = np.concatenate([cell[r0], s_cell[s_ok]])
+        if srow.shape[0] > 1:
+            o = np.argsort(srow, kind="stable")
+            srow, scell = srow[o], scell[o]
+        if srow.shape[0] == 0:
+            return took, float(est[:took].sum())
+        # one vectorized scan per source
+        parts, work = [], 0.0
+        for sd in (0, 1):
+            m = np.flatnonzero(side[srow] == sd)
+            if not m.shape[0]:
+                continue
+            rr = srow[m]
+            q_row, y_rid, y_ts, comps = self.sources[1 - sd].scan_many(scell[m], val[rr], t_lo[rr], x_ts[rr])
+            cost = COSTS["probe"] * m.shape[0] + COSTS["compare"] * comps
+            work += cost
+            self._charge(cost)
+            st["probes"] += int(m.shape[0])
+            st["compares"] += int(comps)
+            if y_rid.shape[0]:
+                parts.append((m[q_row], y_rid, y_ts))
+        if not self.wall:
+            st["max_batch_work"] = max(st["max_batch_work"], work)
+        if parts:
+            q = np.concatenate([p[0] for p in parts])   # scan row of each match
+            y_rid = np.concatenate([p[1] for p in parts])
+            y_ts = np.concatenate([p[2] for p in parts])
+            if len(parts) > 1:
+                o = np.argsort(q, kind="stable")
+                q, y_rid, y_ts = q[o], y_rid[o], y_ts[o]
+            self._emit_many(ids[srow[q]], y_rid, y_ts, E)
+        return took, float(est[:took].sum())
+
+    def _emit_many(self, e, y_rid, y_ts, E) -> None:
+        """Emit the matches ``(entry e[k], stored tuple y_rid[k])``: only pairs
+        found by their later member (``y < x``), deduplicated, one append."""
+        x_rid = E["rid"][e]
+        ok = y_rid < x_rid
+        if not ok.all():
+            e, x_rid, y_rid, y_ts = e[ok], x_rid[ok], y_rid[ok], y_ts[ok]
+        if self._dedup is not None and y_rid.shape[0]:
+            fresh = self._dedup.add_new((x_rid << 32) | y_rid)
+            if not fresh.all():
+                self._stats["duplicates_skipped"] += int((~fresh).sum())
+                e, x_rid, y_rid, y_ts = e[fresh], x_rid[fresh], y_rid[fresh], y_ts[fresh]
+        k = y_rid.shape[0]
+        if k == 0:
+            return
+        x_ts = E["ts"][e]
+        s0 = E["side"][e] == 0
+        out = self._out
+        out["a"].append(np.where(s0, x_rid, y_rid)); out["b"].append(np.where(s0, y_rid, x_rid))
+        out["ta"].append(np.where(s0, x_ts, y_ts)); out["tb"].append(np.where(s0, y_ts, x_ts))
+        out["val"].append(E["val"][e].astype(np.int64, copy=False))
+        out["at"].append(np.full(k, self.now))
+        self._stats["outputs"] += k
+
+    def _drain_serial(self) -> None:
+        """Reference path (``probe_batch=1``): one queue entry per iteration."""
         if self.account <= 0 or not len(self.queue):
             if not len(self.queue):
                 self.account = min(self.account, 0.0)  # idle time cannot be banked
@@ -352,13 +595,11 @@ class PTJoin(PairOutput):
             y_ts = y_ts[ok]
         dedup = self._dedup
         if dedup is not None and y_rid.shape[0]:
-            base = x_rid << 32
-            fresh = [i for i, y in enumerate(y_rid.tolist()) if (base | y) not in dedup]
-            if len(fresh) != y_rid.shape[0]:
-                self._stats["duplicates_skipped"] += y_rid.shape[0] - len(fresh)
+            fresh = dedup.add_new((np.int64(x_rid) << 32) | y_rid.astype(np.int64))
+            if not fresh.all():
+                self._stats["duplicates_skipped"] += int((~fresh).sum())
                 y_rid = y_rid[fresh]
                 y_ts = y_ts[fresh]
-            dedup.update((base | y) for y in y_rid.tolist())
         k = y_rid.shape[0]
         if k == 0:
             return
@@ -412,7 +653,7 @@ class PTJoinGroup:
             if q.streams != lead.streams or q.key != lead.key:
                 raise SketchQLError("PTJoinGroup: all queries must join the same streams on the same key")
             q.sources = lead.sources
-            q._dedup = set() if any(s.may_repeat for s in lead.sources) else None
+            q._dedup = PairSet() if any(s.may_repeat for s in lead.sources) else None
         self._lead = lead
         w = np.array([q.weight for q in self.queries], np.float64)
         self.shares = w / w.sum() if cpu == "shared" else np.ones(len(self.queries))

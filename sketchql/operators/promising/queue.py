@@ -87,18 +87,40 @@ class EntryQueue:
         self.aging = float(aging)
         self.rng = np.random.default_rng([int(seed), 0x9E11])
         self.fields = tuple(fields)
-        self.cols = {f: [] for f in self.fields}
+        self._buf: dict = {}
+        self._cap = 0
         self._arrays = None
         self.n = 0
         self.heap: list = []
+        self._popped: list = []
 
     def _store(self, cols: dict, k: int) -> np.ndarray:
-        """Append k entries' columns; return their entry ids."""
+        """Append k entries' columns; return their entry ids.  Columns live in
+        capacity-doubling buffers (amortized O(1) per entry, no re-concatenation
+        of the whole table per tick)."""
+        n = self.n
+        if n + k > self._cap:
+            cap = max(2 * self._cap, n + k, 1024)
+            for f in self.fields:
+                a = np.asarray(cols[f])
+                old = self._buf.get(f)
+                dt = a.dtype if old is None else np.result_type(old.dtype, a.dtype)
+                nb = np.zeros(cap, dt)
+                if old is not None:
+                    nb[:n] = old[:n]
+                self._buf[f] = nb
+            self._cap = cap
         for f in self.fields:
-            self.cols[f].append(np.asarray(cols[f]))
+            a = np.asarray(cols[f])
+            b = self._buf[f]
+            if not np.can_cast(a.dtype, b.dtype, "same_kind") or a.dtype.itemsize > b.dtype.itemsize:
+                nb = np.zeros(self._cap, np.result_type(b.dtype, a.dtype))
+                nb[:n] = b[:n]
+                self._buf[f] = b = nb
+            b[n:n + k] = a
         self._arrays = None
-        ids = np.arange(self.n, self.n + k)
-        self.n += k
+        ids = np.arange(n, n + k)
+        self.n = n + k
         return ids
 
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
@@ -147,13 +169,52 @@ class EntryQueue:
         return k
 
     def arrays(self) -> dict:
+        """Columns of every entry ever queued (views, valid until the next push)."""
         if self._arrays is None:
-            self._arrays = {f: (np.concatenate(v) if v else np.zeros(0)) for f, v in self.cols.items()}
-            self.cols = {f: [a] for f, a in self._arrays.items()}
+            self._arrays = {f: (self._buf[f][: self.n] if f in self._buf else np.zeros(0)) for f in self.fields}
         return self._arrays
 
     def pop(self) -> int:
         return heapq.heappop(self.heap)[2]
+
+    def pop_many(self, k: int) -> np.ndarray:
+        """The next ``min(k, len)`` entry ids, in the order ``k`` successive
+        :meth:`pop` calls would return them (same heap keys, so the aging and,
+        for ``weighted``, the exponential-key draw made at push time apply
+        unchanged: the k smallest keys of an Efraimidis-Spirakis draw *are*
+        k successive weighted draws without replacement).  The popped heap
+        items are kept until the next ``pop_many`` so that
+        :meth:`unpop_last` can put back a tail of them (a batch cut short by
+        the budget) -- the queue is then exactly as if they never left it.
+
+        >>> q = EntryQueue("desc", fields=("x",))
+        >>> _ = q.push({"x": np.arange(4)}, np.array([1.0, 4.0, 3.0, 2.0]), np.ones(4), np.arange(4))
+        >>> q.pop_many(3).tolist()
+        [1, 2, 3]
+        >>> q.unpop_last(2); [q.pop() for _ in range(len(q))]
+        [2, 3, 0]
+        """
+        h = self.heap
+        k = min(int(k), len(h))
+        pop = heapq.heappop
+        items = [pop(h) for _ in range(k)]
+        self._popped = items
+        return np.fromiter((it[2] for it in items), np.int64, k)
+
+    def unpop_last(self, m: int) -> None:
+        """Put the last ``m`` items of the latest :meth:`pop_many` back."""
+        if m <= 0:
+            return
+        items = self._popped[len(self._popped) - m:]
+        del self._popped[len(self._popped) - m:]
+        h = self.heap
+        if len(items) > len(h):
+            h.extend(items)
+            heapq.heapify(h)
+        else:
+            push = heapq.heappush
+            for it in items:
+                push(h, it)
 
     def __len__(self):
         return len(self.heap)

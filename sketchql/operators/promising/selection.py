@@ -87,13 +87,21 @@ class PTSelection:
     taken from the queries), ``n_buckets``, ``zone_seconds``, ``value_attr``
     (a column kept beside the tuples, for aggregates), ``seed``, ``bank``
     (work units of idle time that may be kept for later, split among the
-    queries -- the counterpart of the baselines' ``max_backlog``).
+    queries -- the counterpart of the baselines' ``max_backlog``),
+    ``probe_batch`` (``"auto"``: pending regions are scanned in batches,
+    same regions and costs as one at a time; ``1``: the one-at-a-time loop).
     """
 
     def __init__(self, queries, attr: str = "item", stream: int = 0, window: float = math.inf,
                  domain=None, n_buckets: int = 128, zone_seconds: float = 2.0, value_attr: str | None = None,
-                 seed: int = 0, bank: float = 0.0, name: str = "pt_selection"):
+                 seed: int = 0, bank: float = 0.0, name: str = "pt_selection", probe_batch="auto"):
         self.queries = as_queries(queries, attr)
+        if not (probe_batch == "auto" or probe_batch == 1):
+            raise SketchQLError(f"selection: probe_batch must be 'auto' or 1, got {probe_batch!r}")
+        self.probe_batch = probe_batch
+        self._mean_cost = 4.0
+        # the per-region hook is only called when a subclass uses it
+        self._hooked = type(self)._on_scan is not PTSelection._on_scan
         self.attr = attr
         self.stream = int(stream)
         self.window = float(window)
@@ -227,6 +235,83 @@ class PTSelection:
             self._stats["outputs"] += int(hit.sum())
         return acct - cost
 
+    def _scan_batch(self, qi, heap, horizon, acct) -> float:
+        """Batched step (d): pop the next k regions (heap order), drop the
+        expired ones, keep the prefix whose cost (exact: ``probe + compare *
+        unscanned tuples`` of the cell) reaches the account -- the regions
+        the one-at-a-time loop would have scanned -- and put the rest back;
+        scan the kept regions with one gather over the cells.  k ~ 1.5 x the
+        regions the account covers at the recent mean cost (at most 4096)."""
+        idx = self.index
+        k = int(min(4096, len(heap), max(4, 1.5 * acct / max(self._mean_cost, 1.0) + 4)))
+        pop = heapq.heappop
+        items = [pop(heap) for _ in range(k)]
+        z = -np.fromiter((it[1] for it in items), np.int64, k)
+        bb = np.fromiter((it[2] for it in items), np.int64, k)
+        zs = idx.zone_seconds
+        zset = idx.zones
+        live = ((z + 1) * zs > horizon) & np.fromiter((zz in zset for zz in z.tolist()), bool, k)
+        upto = self._upto[qi]
+        k0 = np.array([upto.get(c, 0) for c in zip(z.tolist(), bb.tolist())], np.int64) if upto else \
+            np.zeros(k, np.int64)
+        n_cell = np.zeros(k, np.int64)
+        st = np.zeros(k, np.int64)
+        csr = {}
+        for zz in np.unique(z[live]).tolist():
+            m = np.flatnonzero(live & (z == zz))
+            order, off = csr[zz] = idx._csr(zz)
+            st[m] = off[bb[m]]
+            n_cell[m] = off[bb[m] + 1] - off[bb[m]]
+        ln = np.where(live, np.maximum(n_cell - k0, 0), 0)
+        cost = np.where(live, COSTS["probe"] + COSTS["compare"] * ln, 0.0)
+        cum_before = np.cumsum(cost) - cost
+        took = max(1, int(np.searchsorted(cum_before, acct, "left")))
+        if len(set(zip(z[:took].tolist(), bb[:took].tolist()))) < took:   # a region twice: keep the loop's order
+            took = 1
+        for it in items[took:]:
+            heapq.heappush(heap, it)
+        z, bb, live, ln, k0, st, cost = z[:took], bb[:took], live[:took], ln[:took], k0[:took], st[:took], cost[:took]
+        self._stats["regions_dropped"] += int((~live).sum())
+        r = np.flatnonzero(live)
+        if not r.shape[0]:
+            return acct
+        self._mean_cost = 0.8 * self._mean_cost + 0.2 * float(cost.sum()) / max(1, r.shape[0])
+        q = self.queries[qi]
+        # gather the unscanned tuples of every kept cell (in region order)
+        lr = ln[r]
+        tot = int(lr.sum())
+        rep = np.repeat(np.arange(r.shape[0]), lr)
+        within = np.arange(tot) - np.repeat(np.cumsum(lr) - lr, lr)
+        local = st[r][rep] + k0[r][rep] + within     # offsets into each zone's CSR order
+        pos = np.empty(tot, np.int64)
+        zr = z[r][rep]
+        for zz, (order, _) in csr.items():
+            m = zr == zz
+            if m.any():
+                pos[m] = order[local[m]]
+        v = idx.vals[pos]
+        hit = (v >= q.lo) & (v <= q.hi)
+        if math.isfinite(self.window):
+            hit &= idx.ts[pos] > self.now - self.window
+        now = self.now
+        upto_t = self._upto_t[qi]
+        for zz, b_, a0, n in zip(z[r].tolist(), bb[r].tolist(), k0[r].tolist(), lr.tolist()):
+            upto[(zz, b_)] = a0 + n
+            upto_t[(zz, b_)] = now
+        spent = float(cost.sum())
+        self._stats["work"] += spent
+        self._stats["probes"] += int(r.shape[0])
+        self._stats["compares"] += tot
+        if self._hooked:
+            ends = np.cumsum(lr)
+            for j, (zz, b_) in enumerate(zip(z[r].tolist(), bb[r].tolist())):
+                a, e = int(ends[j] - lr[j]), int(ends[j])
+                self._on_scan(qi, zz, b_, pos[a:e][hit[a:e]], pos[a:e])
+        if hit.any():
+            self._out[qi].append(idx.rid[pos[hit]])
+            self._stats["outputs"] += int(hit.sum())
+        return acct - spent
+
     def _dispatch(self, qi: int) -> None:
         """Step (d): scan pending regions by promise until the query's budget
         runs out; when they are exhausted (idle), scan the new tuples of the
@@ -235,13 +320,20 @@ class PTSelection:
         heap = self._pending[qi]
         horizon = self.now - self.window
         acct = self._account[qi]
+        batch = self.probe_batch != 1
         while acct > 0 and heap:
+            if batch and acct >= 16.0 * self._mean_cost:   # a batch pays off from ~16 regions on
+                acct = self._scan_batch(qi, heap, horizon, acct)
+                continue
             _, negz, bb = heapq.heappop(heap)
             z = -negz
             if (z + 1) * idx.zone_seconds <= horizon or z not in idx.zones:
                 self._stats["regions_dropped"] += 1
                 continue
+            a0 = acct
             acct = self._scan(qi, z, bb, acct)
+            if math.isfinite(a0):
+                self._mean_cost = 0.9 * self._mean_cost + 0.1 * (a0 - acct)
         if acct > 0 and not heap:
             cur = math.floor(self.now / idx.zone_seconds)
             if cur in idx.zones and cur > self._t_start[qi]:

@@ -14,6 +14,14 @@ Interface::
     regions(values, t_from, t_to, now, fade)
         -> (probe, cell, estimate, granularity, priority, n_tuples, nodes)
     scan(cell, value, t_from, t_to) -> (rids, ts, work)  matches in (t_from, t_to]
+    scan_many(cells, values, t_from, t_to) -> (row, rids, ts, work)
+        the same for K (cell, value, window) rows in one vectorized call;
+        ``row[k]`` is the input row of match k, matches sorted by row (stable:
+        within a row in the cell's arrival order), ``work`` = tuples compared
+    cell_end_many(cells) -> float array, ``cell_end`` of each cell
+    rest_cells_many(values, t_from, t_to) -> (row, cell, size): every
+        non-empty cell of each row's value bucket in a zone overlapping the
+        row's window (the "when idle" sweep), sorted by row
     total(values, t_from, t_to) -> estimated counts over the window
     cell_end(cell) -> newest timestamp the cell can hold (-inf: gone); a
         cell with ``cell_end <= now - w`` holds only expired partners
@@ -60,6 +68,58 @@ class MiniSource:
         t = ix.ts[pos]
         m = (t > t_from) & (t <= t_to)
         return ix.rid[pos[m]], t[m], comps
+
+    def cell_end_many(self, cells) -> np.ndarray:
+        z = np.asarray(cells, np.int64)
+        live = np.isin(z, np.fromiter(self.ix.zones.keys(), np.int64, len(self.ix.zones)))
+        return np.where(live, (z + 1) * self.ix.zone_seconds, -math.inf)
+
+    def scan_many(self, cells, values, t_from, t_to):
+        ix = self.ix
+        cells = np.asarray(cells, np.int64)
+        values = np.asarray(values, np.int64)
+        tf = np.broadcast_to(np.asarray(t_from, np.float64), cells.shape)
+        tt = np.broadcast_to(np.asarray(t_to, np.float64), cells.shape)
+        bk = ix.bucket_of(values) if cells.shape[0] else np.zeros(0, np.int64)
+        parts, work = [], 0
+        for z in np.unique(cells).tolist():
+            if z not in ix.zones:
+                continue
+            rows = np.flatnonzero(cells == z)
+            order, off = ix._csr(z)
+            st = off[bk[rows]]
+            ln = off[bk[rows] + 1] - st
+            tot = int(ln.sum())
+            if tot == 0:
+                continue
+            work += tot
+            rep = np.repeat(np.arange(rows.shape[0]), ln)
+            pos = order[np.arange(tot) - np.repeat(np.cumsum(ln) - ln, ln) + st[rep]]
+            r = rows[rep]
+            t = ix.ts[pos]
+            m = (ix.vals[pos] == values[r]) & (t > tf[r]) & (t <= tt[r])
+            parts.append((r[m], ix.rid[pos[m]], t[m]))
+        return _sorted_matches(parts, work)
+
+    def rest_cells_many(self, values, t_from, t_to):
+        ix = self.ix
+        values = np.asarray(values, np.int64)
+        tf = np.asarray(t_from, np.float64)
+        tt = np.asarray(t_to, np.float64)
+        if values.shape[0] == 0 or not ix.zones:
+            e = np.zeros(0, np.int64)
+            return e, e, e
+        zs = ix.zone_seconds
+        lo = np.where(np.isfinite(tf), np.floor(np.where(np.isfinite(tf), tf, 0.0) / zs), -np.inf)
+        hi = np.floor(tt / zs)
+        b = ix.bucket_of(values)
+        rows, cells, sizes = [], [], []
+        for z in sorted(ix.zones):
+            cnt = ix.zones[z]["counts"][b]
+            m = np.flatnonzero((lo <= z) & (z <= hi) & (cnt > 0))
+            if m.shape[0]:
+                rows.append(m); cells.append(np.full(m.shape[0], z, np.int64)); sizes.append(cnt[m])
+        return _by_row(rows, cells, sizes)
 
     def rest_cells(self, value, t_from, t_to, exclude) -> list:
         """Cells of ``value``'s bucket overlapping the window, not in ``exclude``, non-empty."""
@@ -142,6 +202,59 @@ class IndexSource:
         s = self.ix.scan_matching(int(cell), value, t_from, t_to)
         return s.row_ids, s.timestamps, int(s.work)
 
+    def cell_end_many(self, cells) -> np.ndarray:
+        """Vectorized :meth:`cell_end` (one zone lookup per distinct zone)."""
+        from ...index.results import split_cell
+
+        cells = np.asarray(cells, np.int64)
+        resolve = getattr(self.ix, "_resolve", None)
+        if resolve is None:
+            return np.full(cells.shape[0], math.inf)
+        zids = split_cell(cells)[0]
+        u, inv = np.unique(zids, return_inverse=True)
+        ends = np.empty(u.shape[0])
+        for i, zid in enumerate(u.tolist()):
+            z = resolve(int(zid))
+            ends[i] = -math.inf if (z is None or getattr(z, "n", 1) == 0) else float(getattr(z, "max_ts", math.inf))
+        return ends[inv]
+
+    def scan_many(self, cells, values, t_from, t_to):
+        """One :meth:`StreamIndex.scan_matching_many` call for K rows."""
+        cells = np.asarray(cells, np.int64)
+        if cells.shape[0] == 0:
+            return _sorted_matches([], 0)
+        m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to)
+        return _sorted_matches([(np.asarray(m.region, np.int64), m.row_ids, m.timestamps)], int(m.work))
+
+    def rest_cells_many(self, values, t_from, t_to):
+        """Vectorized :meth:`rest_cells` without the exclusion (the caller
+        removes the cells already queued); one pass over the live zones.
+        NOTE: uses StreamIndex internals like :meth:`rest_cells`."""
+        from ...index import cell_handle
+
+        ix = self.ix
+        values = np.asarray(values)
+        tf = np.asarray(t_from, np.float64)
+        tt = np.asarray(t_to, np.float64)
+        if values.shape[0] == 0:
+            e = np.zeros(0, np.int64)
+            return e, e, e
+        b = np.asarray(ix._hash(values)[0], np.int64)
+        rows, cells, sizes = [], [], []
+        for _, z in ix._live():
+            if z.n == 0:
+                continue
+            m = (z.max_ts > tf) & (z.min_ts <= tt)
+            if not m.any():
+                continue
+            r = np.flatnonzero(m)
+            sz = np.asarray(z.cell_size(b[r]), np.int64)
+            ok = sz > 0
+            if ok.any():
+                r = r[ok]
+                rows.append(r); cells.append(np.asarray(cell_handle(z.id, b[r]), np.int64)); sizes.append(sz[ok])
+        return _by_row(rows, cells, sizes)
+
     def rest_cells(self, value, t_from, t_to, exclude) -> list:
         """Cells of ``value``'s bucket in zones overlapping the window, not in
         ``exclude``, non-empty.  NOTE: uses StreamIndex internals (``_hash``,
@@ -163,6 +276,30 @@ class IndexSource:
 
     def total(self, values, t_from, t_to):
         return self.ix.estimate(np.asarray(values), t_from, t_to, edge="prorate")
+
+
+def _sorted_matches(parts, work):
+    """(row, rids, ts, work) from per-zone parts, stably sorted by row."""
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), int(work)
+    row = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    rid = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    ts = np.concatenate([p[2] for p in parts]).astype(np.float64, copy=False)
+    if row.shape[0] > 1 and (np.diff(row) < 0).any():
+        o = np.argsort(row, kind="stable")
+        row, rid, ts = row[o], rid[o], ts[o]
+    return row, rid, ts, int(work)
+
+
+def _by_row(rows, cells, sizes):
+    """Concatenate per-zone (row, cell, size) parts, stably sorted by row
+    (within a row in zone order)."""
+    if not rows:
+        e = np.zeros(0, np.int64)
+        return e, e, e
+    r, c, s = np.concatenate(rows), np.concatenate(cells), np.concatenate(sizes)
+    o = np.argsort(r, kind="stable")
+    return r[o], c[o], s[o]
 
 
 def make_source(kind, window: float, seed: int = 0, options: dict | None = None):
