@@ -74,6 +74,7 @@ import time
 import numpy as np
 
 from ...errors import SketchQLError
+from ...summaries.hashing import hash64
 from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
@@ -110,12 +111,16 @@ class PTJoin(PairOutput):
         weighted), ``False``/``0`` (off) or lambda in 1/seconds (module doc).
     probe_batch : ``"auto"`` (default: batched probing, see :meth:`drain`) or
         ``1`` (the reference path: one queue entry per Python iteration).
+    stratify : weighted only -- draw the sampling keys stratified per (join
+        value, granularity) (default ``True``; see
+        :meth:`EntryQueue._stratified_exponential`) rather than independently.
     """
 
     def __init__(self, window: float = 60.0, preference: str = "desc", fade: float = 0.8,
                  streams=(0, 1), key: str = "item", seed: int = 0, source="index",
                  source_options: dict | None = None, outlier_quantile: float = 0.05,
-                 weight: float = 1.0, name: str = "pt_join", aging=None, probe_batch="auto"):
+                 weight: float = 1.0, name: str = "pt_join", aging=None, probe_batch="auto",
+                 stratify: bool = True):
         if not (window > 0):
             raise SketchQLError(f"PTJoin: window must be > 0 seconds, got {window!r}")
         if not (0 < fade <= 1):
@@ -132,6 +137,8 @@ class PTJoin(PairOutput):
         self.name = name
         self.weight = float(weight)
         self.outlier_quantile = float(outlier_quantile)
+        self.stratify = bool(stratify)
+        self.seed = int(seed)
         if isinstance(source, (list, tuple)):
             self.sources = [make_source(s, self.window, seed, source_options) for s in source]
         else:
@@ -241,9 +248,14 @@ class PTJoin(PairOutput):
                 cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
                         "side": np.full(r.shape[0], side, np.int8), "cell": cell, "gran": gran,
                         "kind": np.zeros(r.shape[0], np.int8), "size": np.asarray(size, np.int64)}
-                wgt = np.power(self.fade, (gran - 1).astype(np.float64)) if self.preference == "weighted" else None
+                wgt = strata = None
+                if self.preference == "weighted":
+                    wgt = np.power(self.fade, (gran - 1).astype(np.float64))
+                    if self.stratify:   # per (join value, granularity): queue._stratified_exponential
+                        strata = hash64(keys[r], self.seed, "join keys") ^ \
+                            (gran.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
                 self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt,
-                                                         t=batch.ts[r])
+                                                         t=batch.ts[r], stratum=strata)
             # the "when idle" sweep of each admitted probe's non-promising cells
             r = rows[admitted]
             if r.shape[0]:

@@ -124,10 +124,14 @@ class EntryQueue:
         return ids
 
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
-             weight: np.ndarray | None = None, t: np.ndarray | None = None) -> int:
+             weight: np.ndarray | None = None, t: np.ndarray | None = None,
+             stratum: np.ndarray | None = None) -> int:
         """Queue entries; ``weight`` (weighted preference only) is the
         sampling weight, default ``priority / cost``; ``t`` the entries'
-        event times (aging; required when ``aging > 0``)."""
+        event times (aging; required when ``aging > 0``); ``stratum``
+        (weighted only, uint64 codes, e.g. a hash of the join value): draw
+        the exponential keys stratified per code (:meth:`_stratified_exponential`)
+        instead of independently."""
         k = int(priority.shape[0])
         if k == 0:
             return 0
@@ -142,7 +146,7 @@ class EntryQueue:
             key = priority.copy() if lam == 0 else np.log(np.maximum(priority, 1e-300)) - lam * np.asarray(t, np.float64)
         else:
             w = np.maximum(priority, 1e-12) / np.maximum(cost, 1.0) if weight is None else weight
-            e = self.rng.exponential(size=k)
+            e = self.rng.exponential(size=k) if stratum is None else self._stratified_exponential(stratum)
             if lam == 0:
                 key = e / np.maximum(w, 1e-300)
             else:
@@ -156,6 +160,56 @@ class EntryQueue:
             for it in items:
                 heapq.heappush(self.heap, it)
         return k
+
+    def _stratified_exponential(self, stratum: np.ndarray) -> np.ndarray:
+        """Exp(1) draws that are low-discrepancy within each stratum.
+
+        The j-th entry ever pushed with code c gets ``u = frac(off(c) + j*phi)``
+        (phi = golden-ratio conjugate, ``off(c)`` = the top 53 bits of c as a
+        fraction) and ``E = -log(1 - u)``.  Each u is uniform over the choice
+        of offset, so the key ``E / w`` keeps the Efraimidis-Spirakis order
+        in distribution; but within a stratum the u's of a Weyl sequence are
+        evenly spread, so for any cut ``key < tau`` (what a budget pops) the
+        number of a stratum's entries taken is ``n_c * P(E/w < tau)`` within
+        O(log n_c) instead of a binomial O(sqrt(n_c)) -- stratified
+        sampling.  With the join value as stratum, the per-value share of the
+        output (hence its histogram) varies much less than under independent
+        draws.
+
+        >>> q = EntryQueue("weighted", fields=("x",))
+        >>> u = 1 - np.exp(-q._stratified_exponential(np.zeros(1000, np.uint64)))
+        >>> bool(abs((u < 0.3).sum() - 300) <= 3)
+        True
+        """
+        c = np.asarray(stratum, np.uint64)
+        uk, inv = np.unique(c, return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        first = np.searchsorted(inv[order], np.arange(uk.shape[0]))
+        rank = np.empty(c.shape[0], np.int64)
+        rank[order] = np.arange(c.shape[0]) - np.repeat(first, np.bincount(inv, minlength=uk.shape[0]))
+        keys = getattr(self, "_strata_keys", np.zeros(0, np.uint64))
+        if keys.shape[0] > (1 << 20):      # bounded memory: start the sequences afresh
+            keys = np.zeros(0, np.uint64)
+        counts = getattr(self, "_strata_counts", np.zeros(0, np.int64))[: keys.shape[0]]
+        pos = np.searchsorted(keys, uk)
+        found = (pos < keys.shape[0]) & (keys[np.minimum(pos, max(keys.shape[0] - 1, 0))] == uk) \
+            if keys.shape[0] else np.zeros(uk.shape[0], bool)
+        base = np.where(found, counts[np.minimum(pos, max(counts.shape[0] - 1, 0))] if counts.shape[0] else 0, 0)
+        j = base[inv] + rank
+        n_new = np.bincount(inv, minlength=uk.shape[0])
+        if found.all():
+            counts = counts.copy()
+            counts[pos] += n_new
+        else:
+            allk = np.concatenate([keys, uk[~found]])
+            allc = np.concatenate([counts, np.zeros(int((~found).sum()), np.int64)])
+            o = np.argsort(allk, kind="stable")
+            keys, counts = allk[o], allc[o]
+            counts[np.searchsorted(keys, uk)] += n_new
+        self._strata_keys, self._strata_counts = keys, counts
+        off = (c >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        u = np.mod(off + j.astype(np.float64) * 0.6180339887498949, 1.0)
+        return -np.log1p(-u)
 
     def push_last(self, cols: dict, newest: np.ndarray) -> int:
         """Entries processed after every regular entry (whatever the
