@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from ..errors import SummaryError
 from ..summaries import CountSketch
-from .partition import (PARTIAL_DDL, SparkInputError, countsketch_mapper, merge_countsketch_payloads,
-                        merge_partials)
+from .partition import (PARTIAL_DDL, SparkInputError, _nanmax, _nanmin, countsketch_mapper,
+                        merge_countsketch_payloads, merge_partials)
 from .summary_file import encode_summary
 
 WEIGHT = "__sketchql_weight"
@@ -167,7 +167,9 @@ def build_partials(df, job, tree_depth: int = 2, driver_merge_max: int = DRIVER_
     Python pipeline per task).  Merges are associative and commutative, so
     both give the same bytes.
 
-    Returns ``(payload | None, rows, null_keys, null_ts, min_ts, max_ts, n_partitions)``.
+    Returns ``(summary, rows, null_keys, null_ts, min_ts, max_ts, n_partitions)``; ``summary``
+    is the merged payload (bytes) after a treeReduce, the decoded merged summary after a
+    driver merge, or None when there was no partition.
     """
     projected = job.prepare(df)
     restrict = getattr(job, "restrict", None)   # index jobs: skip rows the summary cannot keep
@@ -192,7 +194,14 @@ def build_partials(df, job, tree_depth: int = 2, driver_merge_max: int = DRIVER_
             rows = [tuple(r) for r in parts.collect()]
             if not rows:
                 return None, 0, 0, 0, math.nan, math.nan, 0
-            out = _pairwise(rows, merge)
+            # decode each partial once and merge the objects in the same balanced tree
+            # (not decode -> merge -> encode at every step); empty partials are identities
+            summaries = [job.decode(r[0]) for r in rows if r[1]] or [job.decode(rows[0][0])]
+            lo = hi = None
+            for r in rows:
+                lo, hi = _nanmin(lo, r[4]), _nanmax(hi, r[5])
+            return (_pairwise(summaries, job.merge), sum(int(r[1]) for r in rows),
+                    sum(int(r[2]) for r in rows), sum(int(r[3]) for r in rows), lo, hi, n)
         else:
             out = parts.rdd.map(tuple).treeReduce(merge, depth=max(1, int(tree_depth)))
     except Exception as exc:  # surface our own errors raised on the executors clearly
@@ -235,7 +244,8 @@ def build(df, job, tree_depth: int = 2, driver_merge_max: int = DRIVER_MERGE_MAX
     if res is not None:
         return res
     payload, rows, nk, nt, lo, hi, n = build_partials(df, job, tree_depth, driver_merge_max)
-    summary = job.empty() if payload is None else job.decode(payload)
+    summary = (job.empty() if payload is None else
+               job.decode(payload) if isinstance(payload, (bytes, bytearray)) else payload)
     lo = math.nan if lo is None else float(lo)
     hi = math.nan if hi is None else float(hi)
     res = BuildResult(summary, rows, nk, nt, lo, hi, n, job.meta())

@@ -11,7 +11,18 @@ contract; it also holds for T4, by replaying G1).
 
 Row ids: a ``row_id_col`` of the input (integers, unique), or else generated
 by Spark's ``monotonically_increasing_id()`` (partition index << 33 + position:
-unique, deterministic for a given input partitioning).
+unique, deterministic for a given input partitioning).  When no JVM filter
+runs, the generated ids are not shipped: each worker recomputes them from its
+partition index and the rows' positions (:class:`IndexBuilder`, ``rid=None``),
+one column less across the JVM -> Python boundary.
+
+Per partition (always, also with ``prune=False``): rows with ``ts <= (newest
+ts of the partition) - margin`` are not ingested (the merged clock is at least
+the partition's, so they are expired there too; same argument and margin as
+below), and the rest is ingested in time-ordered chunks of ``INGEST_CHUNK``
+rows (same index as one call, smaller temporaries).  On time-ordered input
+(each partition a time range) this skips most of the ingest of the older
+partitions even without the JVM aggregate.
 
 Pruning expired history (``prune=True``, default): the index keeps at most
 ``history + span(G_m)`` seconds behind its clock (``SummaryDeclaration.history``
@@ -54,6 +65,9 @@ _RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
 _PRUNE_TS_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType",
                    "TimestampType", "DateType"}
 ROW_ID = "__sketchql_row_id"
+# Rows per StreamIndex.ingest call: in time order, chunks give the same index as one call,
+# and keep the per-call temporaries (hash indexes/signs, d x rows) small.
+INGEST_CHUNK = 1 << 20
 
 
 def _index_api():
@@ -74,25 +88,43 @@ def default_config(**overrides):
 
 
 class IndexBuilder:
-    """Per-partition builder: buffer, order by (ts, row id), ingest (usable without Spark)."""
+    """Per-partition builder: buffer, drop expired rows, order by (ts, row id), ingest in chunks.
 
-    def __init__(self, decl_dict: dict, config_dict: dict, key: str, ts: str, rid: str):
+    Usable without Spark.  ``rid=None``: the row ids are generated here, equal
+    to Spark's ``monotonically_increasing_id() + rid_base`` of the same rows
+    (``partition << 33`` plus the row's position in the partition, null rows
+    included), so that column need not cross the JVM -> Python boundary.
+    ``prune_margin``: rows with ``ts <= (newest ts of this partition) -
+    prune_margin`` are expired at the merged clock (>= this partition's) and
+    are not ingested; the partial keeps their row-id counter (see "Pruning").
+    """
+
+    def __init__(self, decl_dict: dict, config_dict: dict, key: str, ts: str, rid: str | None,
+                 prune_margin: float | None = None, partition: int = 0, rid_base: int = 0):
         self.decl_dict, self.config_dict = decl_dict, config_dict
         self.key, self.ts, self.rid = key, ts, rid
+        self.prune_margin = None if prune_margin is None else float(prune_margin)
+        self.rid_next = (int(partition) << 33) + int(rid_base)  # generated ids: next row's id
         self.vals: list[np.ndarray] = []
         self.tss: list[np.ndarray] = []
         self.rids: list[np.ndarray] = []
         self.null_keys = 0
         self.null_ts = 0
+        self.max_rid = -1          # largest row id of a valid row (kept or pruned)
+        self.pruned = 0            # valid rows not ingested (expired, see prune_margin)
 
     def add_batch(self, batch) -> None:
         names = batch.schema.names
-        for c in (self.key, self.ts, self.rid):
+        for c in (self.key, self.ts) + ((self.rid,) if self.rid is not None else ()):
             if c not in names:
                 raise SparkInputError(f"column {c!r} not in batch (has {names})")
         v, vok = key_array(batch.column(self.key))
         t, tok = seconds_array(batch.column(self.ts))
-        r = np.asarray(batch.column(self.rid).fill_null(-1)).astype(np.int64, copy=False)
+        if self.rid is None:
+            r = np.arange(self.rid_next, self.rid_next + len(v), dtype=np.int64)
+            self.rid_next += len(v)
+        else:
+            r = np.asarray(batch.column(self.rid).fill_null(-1)).astype(np.int64, copy=False)
         ok = None
         if vok is not None:
             self.null_keys += int(len(v) - vok.sum())
@@ -109,25 +141,42 @@ class IndexBuilder:
             self.rids.append(r)
 
     def index(self):
+        """``(index, rows, min_ts, max_ts)`` of the buffered rows (``rows`` counts pruned ones)."""
         IndexConfig, StreamIndex, SummaryDeclaration = _index_api()
         ix = StreamIndex(SummaryDeclaration(**self.decl_dict), IndexConfig.from_dict(self.config_dict))
         if not self.vals:
             return ix, 0, math.nan, math.nan
-        v = np.concatenate(self.vals)
-        t = np.concatenate(self.tss)
-        r = np.concatenate(self.rids)
+        cat = lambda xs: xs[0] if len(xs) == 1 else np.concatenate(xs)
+        v, t, r = cat(self.vals), cat(self.tss), cat(self.rids)
         self.vals, self.tss, self.rids = [], [], []
+        n = len(v)
+        lo, hi = float(t.min()), float(t.max())
+        self.max_rid = int(r.max())
+        if (self.prune_margin is not None and math.isfinite(lo) and math.isfinite(hi)
+                and lo <= hi - self.prune_margin):  # (infinite times: ingest raises below)
+            keep = t > hi - self.prune_margin
+            v, t, r = v[keep], t[keep], r[keep]
+            self.pruned = n - len(v)
         if len(t) > 1 and not _ordered(t, r):
             order = np.lexsort((r, t))
             v, t, r = v[order], t[order], r[order]
+        rejected, reasons = 0, {}
         try:
-            rep = ix.ingest(v, t, r)
+            for a in range(0, len(v), INGEST_CHUNK):  # in-order chunks: same index, less memory
+                b = a + INGEST_CHUNK
+                rep = ix.ingest(v[a:b], t[a:b], r[a:b])
+                rejected += rep.rejected
+                for k, c in rep.reasons.items():
+                    reasons[k] = reasons.get(k, 0) + c
         except SummaryError as exc:
             raise SparkInputError(f"summary {self.decl_dict['name']}: {exc}") from None
-        if rep.rejected:
-            raise SparkInputError(f"summary {self.decl_dict['name']}: {rep.rejected} tuples rejected "
-                                  f"({rep.reasons}) although the partition was time-ordered")
-        return ix, len(v), float(t[0]), float(t[-1])
+        if rejected:
+            raise SparkInputError(f"summary {self.decl_dict['name']}: {rejected} tuples rejected "
+                                  f"({reasons}) although the partition was time-ordered")
+        if self.pruned and hasattr(ix, "_next_row"):
+            # the one trace pruned rows leave in a full ingest: the row-id counter
+            ix._next_row = max(int(ix._next_row), self.max_rid + 1)
+        return ix, n, lo, hi
 
     def partial(self):
         ix, rows, lo, hi = self.index()
@@ -142,9 +191,16 @@ def _ordered(t: np.ndarray, r: np.ndarray) -> bool:
     return not tie.any() or bool((r[1:][tie] > r[:-1][tie]).all())
 
 
-def index_mapper(decl_dict, config_dict, key, ts, rid):
+def index_mapper(decl_dict, config_dict, key, ts, rid, prune_margin=None, rid_base=0):
+    """The ``mapInArrow`` function; ``rid=None`` generates Spark's monotonically_increasing_id."""
+
     def build_partition(batches):
-        b = IndexBuilder(decl_dict, config_dict, key, ts, rid)
+        part = 0
+        if rid is None:
+            from pyspark import TaskContext
+
+            part = TaskContext.get().partitionId()
+        b = IndexBuilder(decl_dict, config_dict, key, ts, rid, prune_margin, part, rid_base)
         for batch in batches:
             b.add_batch(batch)
         yield b.partial()
@@ -177,6 +233,7 @@ class IndexJob:
         self.prune = bool(prune)
         self._pruned = None   # (rows_in_input, min_ts, max_rid) of the last restrict() that pruned
         self.last_pruned = 0  # rows the last build skipped as expired
+        self._gen_rids = False  # restrict() found no filter: the workers generate the row ids
 
     def before_batch(self, current) -> None:
         """Streaming hook: generated row ids of the next micro-batch start after the
@@ -206,6 +263,16 @@ class IndexJob:
         """The projected rows worth sending to Python (see "Pruning" in the module docstring)."""
         self._pruned = None
         self.last_pruned = 0
+        self._gen_rids = False
+        out = self._restrict(projected)
+        if out is projected and not self.row_id_col:
+            # nothing filtered: generated ids are recomputed in the workers (IndexBuilder), so
+            # the id column is not shipped (monotonically_increasing_id of the same partitions)
+            self._gen_rids = True
+            out = projected.select(self.key, self.ts_col)
+        return out
+
+    def _restrict(self, projected):
         if not self.prune:
             return projected
         from pyspark.sql import functions as F
@@ -252,8 +319,9 @@ class IndexJob:
         return res
 
     def mapper(self):
+        rid = None if getattr(self, "_gen_rids", False) else (self.row_id_col or ROW_ID)
         return index_mapper(self.decl.to_dict(), self.config.to_dict(), self.key, self.ts_col,
-                            self.row_id_col or ROW_ID)
+                            rid, self.prune_margin(), self.row_id_base)
 
     merge_payload = staticmethod(merge_index_payloads)
 
