@@ -12,6 +12,7 @@ import numpy as np
 
 from test_service_helpers import TestClient, read_all  # noqa: F401  (TestClient import silences a warning)
 from sketchql.service import create_app
+from sketchql.service.demo import DEMO_QUERIES, demo_data
 
 
 def _wait(pred, timeout=120.0, step=0.05):
@@ -44,6 +45,34 @@ def test_demo_feeds_and_queries_return_rows():
         est = c.get("/summaries/s1/estimate", params={"value": rows[0]["row"]["ItemID"]}).json()
         assert est["estimates"][0]["estimate"] >= 1
     assert not app.state.sketchql.demo.status()["running"]   # stopped with the app
+
+
+def test_demo_promising_join_pairs_are_exact_matches():
+    """Oracle: the demo's PT-Join (query 4) emits only pairs of the brute-force join of the
+    demo data (same item, both tuples present, |t1 - t2| < 60 s), each at most once."""
+    seed, n = 5, 3000
+    app = create_app(demo=True, seed=seed, demo_options={"tick": 0.01, "speed": 1000.0, "max_tuples": n})
+    with TestClient(app) as c:
+        q = c.get("/queries/4").json()
+        assert "PREFERENCE" in q["sql"] and q["engine"] != "exact", q
+        assert _wait(lambda: c.get("/demo").json()["finished"])
+        rows, since = [], 0   # the result log keeps a bounded tail: read what is retained
+        while True:
+            body = c.get("/queries/4/results", params={"since": since, "limit": 1000}).json()
+            rows += body["rows"]
+            if body["next"] == since:
+                break
+            since = body["next"]
+    (t1s, i1s, _), (t2s, i2s, _) = demo_data(n, seed)
+    s1 = set(zip(i1s.tolist(), t1s.tolist()))
+    s2 = set(zip(i2s.tolist(), t2s.tolist()))
+    plus = [(r["row"]["ItemID"], r["row"]["t1"], r["row"]["t2"]) for r in rows if r["sign"] > 0]
+    assert len(plus) > 50, "the promising join produced (almost) nothing"
+    assert len(set(plus)) == len(plus)
+    for item, t1, t2 in plus:
+        assert (item, t1) in s1 and (item, t2) in s2 and abs(t1 - t2) < 60.0
+    exact = sum(int(((i2s == i) & (np.abs(t2s - t) < 60.0)).sum()) for i, t in zip(i1s.tolist(), t1s.tolist()))
+    assert len(plus) <= exact
 
 
 def test_demo_data_is_seeded():
@@ -83,7 +112,7 @@ def test_serve_command_starts_and_answers(tmp_path):
         assert isinstance(h, dict), f"server did not come up: {h!r}\n{log.read()}"
         assert h["status"] == "ok" and h["streams"] == 2
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/queries", timeout=5) as r:
-            assert len(json.loads(r.read())["queries"]) == 3
+            assert len(json.loads(r.read())["queries"]) == len(DEMO_QUERIES)
     finally:
         proc.terminate()
         try:

@@ -8,7 +8,10 @@ On start it declares::
     CREATE SUMMARY s2 ON Store2 (ItemID) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)
 
 and registers :data:`DEMO_QUERIES` (a windowed equi-join, evaluated EXACT, a
-grouped aggregate and a sliding count/sum).  The data is the seeded retail
+grouped aggregate, a sliding count/sum, and the paper's Figure 6 query: a
+``WITH PREFERENCE desc`` promising-tuple join over a one-minute window on a
+budget of 50 probes per tuple, whose pairs are exact matches found most
+frequent first).  The data is the seeded retail
 generator of :mod:`sketchql.data` (Zipf item popularity with drift,
 exponential inter-arrival times, mean 100 ms per store), generated once up
 front for ``max_tuples`` tuples in total: memory is bounded by that and by
@@ -46,6 +49,9 @@ DEMO_QUERIES = [
     "FROM Store1 [RANGE 2 SECONDS] S1, Store2 [RANGE 2 SECONDS] S2 WHERE S1.ItemID = S2.ItemID EXACT",
     "SELECT ItemID, COUNT(*) AS n, AVG(Price) AS avg_price FROM Store1 [RANGE 1 MINUTE] GROUP BY ItemID",
     "SELECT COUNT(*) AS n, SUM(Price) AS revenue FROM Store2 [RANGE 1 MINUTE SLIDE 10 SECONDS]",
+    "SELECT S1.ItemID, S1.ts AS t1, S2.ts AS t2 FROM Store1 S1, Store2 S2 WHERE S1.ItemID = S2.ItemID "
+    "WITH PREFERENCE desc SUMMARY.Estimate.Count(S1.ItemID), SUMMARY.Estimate.Count(S2.ItemID) "
+    "FADE FACTOR 0.8 WINDOW 1 MINUTE WITHIN 50 PROBES PER TUPLE",
 ]
 
 
@@ -182,6 +188,12 @@ class DemoFeeder:
             self._thread = None
 
     def status(self) -> dict:
+        # under the state lock: a step in progress has already advanced its positions
+        # ("finished") but not yet counted what it pushed
+        with self.state.lock:
+            return self._status()
+
+    def _status(self) -> dict:
         return {"running": self._thread is not None and self._thread.is_alive(), "finished": self.finished,
                 "streams": list(self.streams), "queries": list(self.query_ids), "clock": self.clock,
                 "end": self.end if self._data is not None else None, "pushed": self.pushed,
