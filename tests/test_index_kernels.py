@@ -275,3 +275,47 @@ def test_warm_up_is_idempotent():
     assert kernels.comparable(np.int64, np.int32) == np.int64
     assert kernels.comparable(np.float64, np.int64) == np.float64
     assert kernels.comparable(np.dtype("U3"), np.int64) is None
+
+
+def test_median5_is_the_median():
+    import itertools
+
+    import numba
+    med = numba.njit(lambda a, b, c, d, e: kernels._median5(a, b, c, d, e))
+    for x in itertools.product(range(3), repeat=5):                 # every order, with ties
+        assert med(*x) == sorted(x)[2]
+    rng = np.random.default_rng(3)
+    for x in rng.integers(-1000, 1000, (500, 5)):
+        assert med(*x) == int(np.median(x))
+
+
+@pytest.mark.parametrize("d", [5, 4])
+def test_refresh_gran_equals_f2_nodes_and_pyramid_ranges(d):
+    """The fused view refresh = pyramid_ranges + Granularity.f2_nodes (numpy) + a copy."""
+    from sketchql.index.pyramid import Granularity
+    rng = np.random.default_rng(d)
+    g = Granularity(index=1, cap=4, shape=(3, d, 8))
+    for slot in range(3):
+        g.add(slot, rng.integers(-4, 5, (3, d, 8)))
+    g.add_sparse(1, np.array([0, 5, 17]), np.array([2, -1, 3]))
+    h = Granularity(index=1, cap=4, shape=(3, d, 8))
+    h.store[...] = g.store
+    h.rownorm[...] = g.rownorm
+    h._norm_dirty[...] = g._norm_dirty
+    h._f2_stale[...] = g._f2_stale
+    leaf_lo = np.array([3.0, 1.0, 5.0, np.inf])
+    leaf_hi = np.array([4.0, 2.0, 9.0, -np.inf])
+    lo, hi, F2 = np.empty(7), np.empty(7), np.full((7, 3), -1.0)
+    kernels.refresh_gran(leaf_lo, leaf_hi, lo, hi, g.store, g.rownorm, g._norm_dirty, g._f2_stale, g._f2, F2)
+    lo_, hi_ = np.empty(7), np.empty(7)
+    kernels.pyramid_ranges(leaf_lo, leaf_hi, lo_, hi_)
+    assert np.array_equal(lo, lo_) and np.array_equal(hi, hi_)
+    enabled = kernels.ENABLED
+    kernels.ENABLED = False
+    try:
+        want = h.f2_nodes().copy()
+    finally:
+        kernels.ENABLED = enabled
+    assert np.array_equal(F2, want) and np.array_equal(g._f2, want)
+    assert np.array_equal(g.rownorm, h.rownorm)
+    assert not g._norm_dirty.any() and not g._f2_stale.any()

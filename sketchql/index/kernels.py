@@ -33,6 +33,7 @@ same computation in a few loops over an incrementally maintained view
 - maintenance helpers: :func:`arena_append` (the hot zone's per-bucket
   linked lists), :func:`pyramid_ranges`, :func:`row_norms_into` /
   :func:`row_median_into` (exact row norms and F2 medians of pyramid nodes),
+  :func:`refresh_gran` (ranges + F2 of one granularity's view part, fused),
   :func:`concat_perm` (merging a zone's chunks).  Each has a numpy
   equivalent used when ``ENABLED`` is False (the tests compare both).
 
@@ -125,6 +126,23 @@ def hash_cells(codes, off_b, off_s, mult, shift, logw, B):
     return bucket, idx, sgn
 
 
+@numba.njit(cache=True, inline="always")
+def _median5(a, b, c, d, e):
+    """Median of five values with min/max and selects only (no data-dependent branches to mispredict).
+
+    Sort the pairs (a, b), (c, d); the smaller of the two minima has three larger values, so it is
+    below the median: replace it by e and repeat; the median is then the smallest of the three left.
+    """
+    a, b = min(a, b), max(a, b)
+    c, d = min(c, d), max(c, d)
+    s = a < c                                          # make c the smaller minimum
+    a, b, c, d = (c if s else a), (d if s else b), (a if s else c), (b if s else d)
+    c, d = min(e, d), max(e, d)                        # c (rank <= 2) replaced by e
+    s = a < c
+    a, b, c, d = (c if s else a), (d if s else b), (a if s else c), (b if s else d)
+    return min(a, d)                                   # the smallest of a <= b and d
+
+
 @numba.njit(cache=True)
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
@@ -182,17 +200,22 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                     passed[k] = True
                     continue
                 o = k * bdw + b * dw
-                for r in range(d):
-                    x = store[o + idx[r, p]] * sgn[r, p]
-                    j = r - 1
-                    while j >= 0 and rows[j] > x:
-                        rows[j + 1] = rows[j]
-                        j -= 1
-                    rows[j + 1] = x
-                if d % 2:
-                    m = np.float64(rows[d // 2])
+                if d == 5:                      # branchless median of 5 (the default d)
+                    m = np.float64(_median5(store[o + idx[0, p]] * sgn[0, p], store[o + idx[1, p]] * sgn[1, p],
+                                            store[o + idx[2, p]] * sgn[2, p], store[o + idx[3, p]] * sgn[3, p],
+                                            store[o + idx[4, p]] * sgn[4, p]))
                 else:
-                    m = (np.float64(rows[d // 2 - 1]) + np.float64(rows[d // 2])) / 2.0
+                    for r in range(d):
+                        x = store[o + idx[r, p]] * sgn[r, p]
+                        j = r - 1
+                        while j >= 0 and rows[j] > x:
+                            rows[j + 1] = rows[j]
+                            j -= 1
+                        rows[j + 1] = x
+                    if d % 2:
+                        m = np.float64(rows[d // 2])
+                    else:
+                        m = (np.float64(rows[d // 2 - 1]) + np.float64(rows[d // 2])) / 2.0
                 est[k] = m
                 thr = sigma * np.sqrt(max(F2[k, b], 0.0) / wcols)
                 if thr < min_est:
@@ -452,6 +475,44 @@ def refresh_f2(store, rownorm, norm_dirty, f2_stale, f2):
             f2_stale[n] = False
 
 
+@numba.njit(cache=True)
+def refresh_gran(lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale, f2, F2):
+    """One granularity's part of the compiled probe view in one call: :func:`pyramid_ranges`
+    (``lo``/``hi``), :func:`refresh_f2` of the dirty/stale nodes (in place, as
+    ``Granularity.f2_nodes``), then ``F2[:] = f2`` (the view's copy)."""
+    pyramid_ranges(lo_leaf, hi_leaf, lo, hi)
+    nb = store.shape[1]
+    d = store.shape[2]
+    rows = np.empty(d, dtype=rownorm.dtype)
+    for n in range(norm_dirty.shape[0]):
+        if norm_dirty[n]:
+            for b in range(nb):
+                for r in range(d):
+                    acc = np.int64(0)
+                    for c in range(store.shape[3]):
+                        x = store[n, b, r, c]
+                        acc += x * x
+                    rownorm[n, b, r] = acc
+            norm_dirty[n] = False
+            f2_stale[n] = True
+        if f2_stale[n]:
+            for b in range(nb):
+                for r in range(d):
+                    x = rownorm[n, b, r]
+                    j = r - 1
+                    while j >= 0 and rows[j] > x:
+                        rows[j + 1] = rows[j]
+                        j -= 1
+                    rows[j + 1] = x
+                if d % 2:
+                    f2[n, b] = rows[d // 2]
+                else:
+                    f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
+            f2_stale[n] = False
+        for b in range(nb):
+            F2[n, b] = f2[n, b]
+
+
 def comparable(vdtype, kdtype):
     """The common dtype the kernels compare stored values and keys in (int64 / float64), or None."""
     if vdtype is None or kdtype is None:
@@ -489,6 +550,8 @@ def warm_up() -> None:
     row_norms_into(np.zeros((1, 1, 1, 2), dtype=np.int64), z, np.zeros((1, 1, 1), dtype=np.int64))
     refresh_f2(np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64), np.ones(1, dtype=np.bool_),
                np.ones(1, dtype=np.bool_), np.zeros((1, 1)))
+    refresh_gran(f, f, f.copy(), f.copy(), np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64),
+                 np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
     thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
     concat_perm(np.zeros((1, 2), dtype=np.int64))
     _WARM = True

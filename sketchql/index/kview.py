@@ -217,8 +217,12 @@ class KernelView:
     def _ranges(self, gi, g, o, n_nodes) -> None:
         lo, hi = self.leaf_lo[gi], self.leaf_hi[gi]
         if self.sketch:
-            kernels.pyramid_ranges(lo, hi, self.lo[o:o + n_nodes], self.hi[o:o + n_nodes])
-            self.F2[o:o + n_nodes] = g.f2_nodes()
+            if kernels.ENABLED:                               # ranges + F2 refresh + copy, one call
+                kernels.refresh_gran(lo, hi, self.lo[o:o + n_nodes], self.hi[o:o + n_nodes], g.store, g.rownorm,
+                                     g._norm_dirty, g._f2_stale, g._f2, self.F2[o:o + n_nodes])
+            else:
+                kernels.pyramid_ranges(lo, hi, self.lo[o:o + n_nodes], self.hi[o:o + n_nodes])
+                self.F2[o:o + n_nodes] = g.f2_nodes()
         else:
             self.lo[o:o + g.cap] = lo
             self.hi[o:o + g.cap] = hi
