@@ -365,12 +365,15 @@ class ProbeBuffers:
         self._hash = (-1, -1, None)
 
     def hash_arrays(self, P: int, d: int):
-        """(bucket (P,), idx (d, P), sgn (d, P)) int64 scratch arrays, reused while (P, d) repeats
-        (filled by the kernel; zeros when never written)."""
-        if self._hash[:2] != (P, d):
-            self._hash = (P, d, (np.zeros(P, dtype=np.int64), np.zeros((d, P), dtype=np.int64),
-                                 np.zeros((d, P), dtype=np.int64)))
-        return self._hash[2]
+        """(bucket, idx (d, cap), sgn (d, cap)) int64 scratch arrays with cap >= P columns (the first P
+        are filled by the kernel; zeros when never written), reused while P fits and d repeats."""
+        cap, dd, arrs = self._hash
+        if dd != d or cap < P:
+            cap = max(P, 2 * cap if dd == d else 0, 16)
+            arrs = (np.zeros(cap, dtype=np.int64), np.zeros((d, cap), dtype=np.int64),
+                    np.zeros((d, cap), dtype=np.int64))
+            self._hash = (cap, d, arrs)
+        return arrs
 
     def alloc(self, regions: int, matches: int) -> None:
         self.rp = np.empty(regions, dtype=np.int64)

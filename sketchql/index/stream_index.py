@@ -885,7 +885,10 @@ class StreamIndex:
         >>> sorted(zip(m.probe.tolist(), m.row_ids.tolist()))
         [(0, 0), (0, 2), (1, 3)]
         """
-        keys = self._keys(values, "probe_many")
+        if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "if":
+            keys = values                   # (what as_key_array returns for it, without the checks' calls)
+        else:
+            keys = self._keys(values, "probe_many")
         if self.use_kernels and kernels.ENABLED:
             m = self._probe_many_compiled(keys, t_from, t_to, float(fade), with_regions)
             if m is not None:
@@ -983,12 +986,9 @@ class StreamIndex:
             ok = kv.key_types[keys.dtype] = kernels.comparable(kv.vdtype, keys.dtype) == kv.vdtype
         if not ok:
             return None
-        kc = np.ascontiguousarray(keys, dtype=kv.vdtype)
-        tf, tt = self._window(P, t_from, t_to)
-        if tf.dtype != np.float64 or not tf.flags.c_contiguous:
-            tf = np.ascontiguousarray(tf, dtype=np.float64)
-        if tt.dtype != np.float64 or not tt.flags.c_contiguous:
-            tt = np.ascontiguousarray(tt, dtype=np.float64)
+        kc = keys if keys.dtype == kv.vdtype and keys.flags.c_contiguous else \
+            np.ascontiguousarray(keys, dtype=kv.vdtype)
+        tf, tt = _f64_window(P, t_from), _f64_window(P, t_to)
         buf = self._kbuf
         if buf is None or buf.vdtype != kv.vdtype:
             buf = self._kbuf = kernels.ProbeBuffers(vdtype=kv.vdtype)
@@ -1005,13 +1005,14 @@ class StreamIndex:
         cfg = self.config
         nr, nm, visited, flat, work = kernels.probe_k(buf, float(cfg.min_estimate), float(cfg.prune_sigma),
                                                       kc, hp, bucket, idx, sgn, tf, tt, *kv.args)
-        self.counters["nodes_visited"] += visited
-        self.counters["tuples_compared"] += work
+        c = self.counters
+        c["nodes_visited"] += visited
+        c["tuples_compared"] += work
         regions = None
         if with_regions:
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
             est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
-            regions = self._make_regions(kv, bucket.copy(), tf, tt, p, k, est, visited, flat, fade)
+            regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
         return Matches(buf.mp[:nm].copy(), buf.mv[:nm].copy(), buf.mt[:nm].copy(), buf.mr[:nm].copy(),
                        work=work, region=buf.mreg[:nm].copy(), regions=regions, visited=visited)
 
@@ -1489,6 +1490,17 @@ class StreamIndex:
     def __repr__(self) -> str:
         return (f"StreamIndex({self.decl.name} on {self.decl.stream}.{self.decl.attr}, {self._structure}, "
                 f"zones={sum(1 for _ in self._live())}, clock={self.clock})")
+
+
+def _f64_window(n: int, t) -> np.ndarray:
+    """``t`` (a scalar or n window bounds) as a C-contiguous float64 array of n bounds (no copy when it
+    already is one): what ``StreamIndex._window`` gives, in the form the kernels take."""
+    if type(t) is np.ndarray and t.dtype == np.float64 and t.shape == (n,) and t.flags.c_contiguous:
+        return t
+    a = np.asarray(t, dtype=np.float64)
+    if a.shape != (n,):
+        a = np.broadcast_to(a, (n,))
+    return np.ascontiguousarray(a)
 
 
 def _overlap_frac(lo, hi, tf, tt) -> float:
