@@ -126,6 +126,16 @@ def hash_cells(codes, off_b, off_s, mult, shift, logw, B):
     return bucket, idx, sgn
 
 
+@numba.njit(cache=True)
+def _insert_sorted(rows, r, x):
+    """Insertion step: ``rows[:r]`` is sorted; place ``x`` so that ``rows[:r + 1]`` is."""
+    j = r - 1
+    while j >= 0 and rows[j] > x:
+        rows[j + 1] = rows[j]
+        j -= 1
+    rows[j + 1] = x
+
+
 @numba.njit(cache=True, inline="always")
 def _median5(a, b, c, d, e):
     """Median of five values with min/max and selects only (no data-dependent branches to mispredict).
@@ -206,12 +216,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                                             store[o + idx[4, p]] * sgn[4, p]))
                 else:
                     for r in range(d):
-                        x = store[o + idx[r, p]] * sgn[r, p]
-                        j = r - 1
-                        while j >= 0 and rows[j] > x:
-                            rows[j + 1] = rows[j]
-                            j -= 1
-                        rows[j + 1] = x
+                        _insert_sorted(rows, r, store[o + idx[r, p]] * sgn[r, p])
                     if d % 2:
                         m = np.float64(rows[d // 2])
                     else:
@@ -398,37 +403,44 @@ def probe_k(buf: ProbeBuffers, *args):
 
 
 @numba.njit(cache=True)
+def _node_row_norms(store, n, rownorm):
+    """``rownorm[n, b, r] = sum_c store[n, b, r, c]^2`` for one node ``n`` (exact int64)."""
+    for b in range(store.shape[1]):
+        for r in range(store.shape[2]):
+            acc = np.int64(0)
+            for c in range(store.shape[3]):
+                x = store[n, b, r, c]
+                acc += x * x
+            rownorm[n, b, r] = acc
+
+
+@numba.njit(cache=True)
+def _node_row_median(rownorm, n, f2, rows):
+    """``f2[n, b] = median over r of rownorm[n, b, r]`` for one node ``n`` (numpy's sort-and-pick:
+    the middle row, or ``0.5 * (a + b)`` of the middle two when d is even); ``rows``: scratch (d,)."""
+    d = rownorm.shape[2]
+    for b in range(rownorm.shape[1]):
+        for r in range(d):
+            _insert_sorted(rows, r, rownorm[n, b, r])
+        if d % 2:
+            f2[n, b] = rows[d // 2]
+        else:
+            f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
+
+
+@numba.njit(cache=True)
 def row_norms_into(store, nodes, rownorm):
     """``rownorm[n, b, r] = sum_c store[n, b, r, c]^2`` for n in ``nodes`` (exact int64)."""
     for n in nodes:
-        for b in range(store.shape[1]):
-            for r in range(store.shape[2]):
-                acc = np.int64(0)
-                for c in range(store.shape[3]):
-                    x = store[n, b, r, c]
-                    acc += x * x
-                rownorm[n, b, r] = acc
+        _node_row_norms(store, n, rownorm)
 
 
 @numba.njit(cache=True)
 def row_median_into(rownorm, nodes, f2):
-    """``f2[n, b] = median over r of rownorm[n, b, r]`` for n in ``nodes`` (numpy's sort-and-pick:
-    the middle row, or ``0.5 * (a + b)`` of the middle two when d is even)."""
-    d = rownorm.shape[2]
-    rows = np.empty(d, dtype=rownorm.dtype)
+    """``f2[n, b] = median over r of rownorm[n, b, r]`` for n in ``nodes`` (:func:`_node_row_median`)."""
+    rows = np.empty(rownorm.shape[2], dtype=rownorm.dtype)
     for n in nodes:
-        for b in range(rownorm.shape[1]):
-            for r in range(d):
-                x = rownorm[n, b, r]
-                j = r - 1
-                while j >= 0 and rows[j] > x:
-                    rows[j + 1] = rows[j]
-                    j -= 1
-                rows[j + 1] = x
-            if d % 2:
-                f2[n, b] = rows[d // 2]
-            else:
-                f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
+        _node_row_median(rownorm, n, f2, rows)
 
 
 @numba.njit(cache=True)
@@ -468,13 +480,14 @@ def refresh_f2(store, rownorm, norm_dirty, f2_stale, f2):
     """``Granularity.f2_nodes`` in one call: recompute the row norms of the ``norm_dirty`` nodes
     (:func:`row_norms_into`), then the F2 medians of the stale ones (:func:`row_median_into`);
     clears both flags."""
+    rows = np.empty(rownorm.shape[2], dtype=rownorm.dtype)
     for n in range(norm_dirty.shape[0]):
         if norm_dirty[n]:
-            row_norms_into(store, np.array([n]), rownorm)
+            _node_row_norms(store, n, rownorm)
             norm_dirty[n] = False
             f2_stale[n] = True
         if f2_stale[n]:
-            row_median_into(rownorm, np.array([n]), f2)
+            _node_row_median(rownorm, n, f2, rows)
             f2_stale[n] = False
 
 
@@ -484,35 +497,9 @@ def refresh_gran(lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale,
     (``lo``/``hi``), :func:`refresh_f2` of the dirty/stale nodes (in place, as
     ``Granularity.f2_nodes``), then ``F2[:] = f2`` (the view's copy)."""
     pyramid_ranges(lo_leaf, hi_leaf, lo, hi)
-    nb = store.shape[1]
-    d = store.shape[2]
-    rows = np.empty(d, dtype=rownorm.dtype)
-    for n in range(norm_dirty.shape[0]):
-        if norm_dirty[n]:
-            for b in range(nb):
-                for r in range(d):
-                    acc = np.int64(0)
-                    for c in range(store.shape[3]):
-                        x = store[n, b, r, c]
-                        acc += x * x
-                    rownorm[n, b, r] = acc
-            norm_dirty[n] = False
-            f2_stale[n] = True
-        if f2_stale[n]:
-            for b in range(nb):
-                for r in range(d):
-                    x = rownorm[n, b, r]
-                    j = r - 1
-                    while j >= 0 and rows[j] > x:
-                        rows[j + 1] = rows[j]
-                        j -= 1
-                    rows[j + 1] = x
-                if d % 2:
-                    f2[n, b] = rows[d // 2]
-                else:
-                    f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
-            f2_stale[n] = False
-        for b in range(nb):
+    refresh_f2(store, rownorm, norm_dirty, f2_stale, f2)
+    for n in range(f2.shape[0]):
+        for b in range(f2.shape[1]):
             F2[n, b] = f2[n, b]
 
 
