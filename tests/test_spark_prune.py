@@ -28,8 +28,9 @@ def _rows(n=5000, span=4000.0, seed=1):
     return rows, k, ts, rid, kn, tn
 
 
+@pytest.mark.parametrize("engine", ["arrow", "auto"])
 @pytest.mark.parametrize("structure", ["T3", "T4"])
-def test_pruned_build_equals_full_single_process(spark, structure):
+def test_pruned_build_equals_full_single_process(spark, structure, engine):
     rows, k, ts, rid, kn, tn = _rows()
     ok = ~kn & ~tn
     spec = parse_summary_declaration(DECL)
@@ -38,7 +39,7 @@ def test_pruned_build_equals_full_single_process(spark, structure):
     order = np.lexsort((rid[ok], ts[ok]))
     want.ingest(k[ok][order], ts[ok][order], rid[ok][order])
     df = spark.createDataFrame(rows, "k long, ts double, rid long")
-    job = IndexJob(spec, "ts", row_id_col="rid", config=cfg)
+    job = IndexJob(spec, "ts", row_id_col="rid", config=cfg, engine=engine)
     assert job.prune_margin() < 1000  # most of the 4000 s are pruned
     for parts in ((1, 5) if structure == "T3" else (2,)):
         res = build(df.repartition(parts), job)

@@ -19,8 +19,11 @@ Engines for a plain count sketch (``engine=``): ``"jvm"`` hashes and counts
 inside the executors (:mod:`sketchql.spark.jvm`, same bytes, no JVM -> Python
 transfer), ``"arrow"`` is the ``mapInArrow`` path above, ``"auto"`` (default)
 takes the JVM one when the session has its jar and the key type is hashed
-there (ints, booleans, floats, strings, binary), else Arrow.  The index is
-always built by the Arrow path.
+there (ints, booleans, floats, strings, binary), else Arrow.  An index job
+has the same three engines: ``"jvm"`` selects the rows to ingest in the
+executors and ingests them on the driver, one Spark job and no Python worker
+(:mod:`sketchql.spark.index_jvm`); ``"arrow"`` is the per-partition
+``mapInArrow`` build below.
 
 >>> # doctest: +SKIP
 >>> res = build_countsketch(spark.read.parquet("events/"), "item", d=5, w=4096, seed=0)
@@ -220,10 +223,35 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
     return exc
 
 
+def _build_index_jvm(df, job) -> BuildResult | None:
+    """The JVM engine for an index job, or None when the Arrow path must run."""
+    from .index_jvm import build_index_jvm, unsupported_reason
+
+    engine = getattr(job, "engine", "auto")
+    if engine == "arrow":
+        return None
+    job.key = resolve_column(df, job.key, "key", _KEY_TYPES)
+    job.ts_col = resolve_column(df, job.ts_col, "timestamp", _TS_TYPES)
+    why = unsupported_reason(df, job.key, job.ts_col)
+    if why is not None:
+        if engine == "jvm":
+            raise SparkInputError(f"engine='jvm' unavailable: {why}")
+        return None
+    job.prepare(df)  # validates the row-id column
+    try:
+        return build_index_jvm(df, job)
+    except SparkInputError:
+        raise
+    except Exception as exc:
+        raise _unwrap_worker_error(exc) from None
+
+
 def _build_jvm(df, job, tree_depth: int) -> BuildResult | None:
-    """The JVM engine for a count-sketch job, or None when the Arrow path must run."""
+    """The JVM engine for a count-sketch or index job, or None when the Arrow path must run."""
     from .jvm import build_countsketch_jvm, resolve_engine
 
+    if getattr(job, "kind", None) == "index":
+        return _build_index_jvm(df, job)
     if getattr(job, "kind", None) != "countsketch":
         return None
     job.column = resolve_column(df, job.column, "key", _KEY_TYPES)

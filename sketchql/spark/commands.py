@@ -84,7 +84,7 @@ def _cmd_spark_build(args) -> int:
             from .index_job import IndexJob
 
             job = IndexJob(spec, args.timestamp_col, row_id_col=args.row_id_col, structure=args.structure,
-                           d=args.d, w=args.w, seed=args.seed, n_buckets=args.buckets)
+                           d=args.d, w=args.w, seed=args.seed, n_buckets=args.buckets, engine=args.engine)
     except SketchQLError as exc:
         return _err("spark-build", str(exc))
 
@@ -118,7 +118,7 @@ def _cmd_spark_build(args) -> int:
         print(f"built {job.kind} {name!r}: {stats['rows']} rows, {stats['null_keys']} null keys skipped"
               + (f", {stats['null_ts']} null timestamps skipped" if stats.get("null_ts") else "")
               + f", {res.partitions} partitions"
-              + (f", {res.engine} engine" if job.kind == "countsketch" else "")
+              + f", {res.engine} engine"
               + (f", {job.last_pruned} rows older than the declared history skipped in the JVM"
                  if getattr(job, "last_pruned", 0) else "") + f" -> {args.out}")
         return 0
@@ -226,8 +226,9 @@ def register(subparsers) -> None:
     b.add_argument("--preaggregate", action="store_true",
                    help="with --sketch-only: count keys in Spark first, sketch (key, count) pairs (same bytes)")
     b.add_argument("--engine", default="auto", choices=["auto", "jvm", "arrow"],
-                   help="with --sketch-only: jvm = hash in the executors (jar on the classpath), arrow = "
-                        "mapInArrow + numpy, auto (default) = jvm when possible (same bytes either way)")
+                   help="jvm = hash (--sketch-only) or select the rows to ingest (index) in the executors "
+                        "(jar on the classpath), arrow = mapInArrow + numpy per partition, auto (default) = "
+                        "jvm when possible (same bytes either way)")
     b.add_argument("--partitions", type=int, default=0, help="repartition the input first (0: keep)")
     b.add_argument("--tree-depth", type=int, default=2, help="depth of the merge tree")
     b.add_argument("--conf", action="append", help="extra Spark setting key=value (repeatable)")

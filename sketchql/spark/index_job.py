@@ -152,35 +152,54 @@ class IndexBuilder:
         n = len(v)
         lo, hi = float(t.min()), float(t.max())
         self.max_rid = int(r.max())
-        if (self.prune_margin is not None and math.isfinite(lo) and math.isfinite(hi)
-                and lo <= hi - self.prune_margin):  # (infinite times: ingest raises below)
-            keep = t > hi - self.prune_margin
-            v, t, r = v[keep], t[keep], r[keep]
-            self.pruned = n - len(v)
-        if len(t) > 1 and not _ordered(t, r):
-            order = np.lexsort((r, t))
-            v, t, r = v[order], t[order], r[order]
-        rejected, reasons = 0, {}
-        try:
-            for a in range(0, len(v), INGEST_CHUNK):  # in-order chunks: same index, less memory
-                b = a + INGEST_CHUNK
-                rep = ix.ingest(v[a:b], t[a:b], r[a:b])
-                rejected += rep.rejected
-                for k, c in rep.reasons.items():
-                    reasons[k] = reasons.get(k, 0) + c
-        except SummaryError as exc:
-            raise SparkInputError(f"summary {self.decl_dict['name']}: {exc}") from None
-        if rejected:
-            raise SparkInputError(f"summary {self.decl_dict['name']}: {rejected} tuples rejected "
-                                  f"({reasons}) although the partition was time-ordered")
-        if self.pruned and hasattr(ix, "_next_row"):
-            # the one trace pruned rows leave in a full ingest: the row-id counter
-            ix._next_row = max(int(ix._next_row), self.max_rid + 1)
+        self.pruned = ingest_rows(ix, v, t, r, self.decl_dict["name"], self.prune_margin, self.max_rid)
         return ix, n, lo, hi
 
     def partial(self):
         ix, rows, lo, hi = self.index()
         return _partial_row(ix.to_bytes(), rows, self.null_keys, self.null_ts, lo, hi)
+
+
+def ingest_rows(ix, v: np.ndarray, t: np.ndarray, r: np.ndarray, name: str,
+                prune_margin: float | None = None, max_rid: int | None = None) -> int:
+    """Ingest valid rows ``(v, t, r)`` into ``ix`` as one ``(ts, row id)``-ordered stream.
+
+    Rows with ``ts <= max(t) - prune_margin`` are expired at any clock >= max(t)
+    and are skipped (only when every time is finite; an infinite one makes the
+    ingest raise).  ``max_rid`` (the largest row id of *all* valid rows, also
+    pruned ones) restores the row-id counter of a full ingest.  Time-ordered
+    chunks of ``INGEST_CHUNK`` rows give the same index as one call.  Returns
+    the number of pruned rows.
+    """
+    n = len(v)
+    pruned = 0
+    if n and prune_margin is not None:
+        lo, hi = float(t.min()), float(t.max())
+        if math.isfinite(lo) and math.isfinite(hi) and lo <= hi - prune_margin:
+            keep = t > hi - prune_margin
+            v, t, r = v[keep], t[keep], r[keep]
+            pruned = n - len(v)
+    if len(t) > 1 and not _ordered(t, r):
+        order = np.lexsort((r, t))
+        v, t, r = v[order], t[order], r[order]
+    rejected, reasons = 0, {}
+    try:
+        for a in range(0, len(v), INGEST_CHUNK):  # in-order chunks: same index, less memory
+            b = a + INGEST_CHUNK
+            rep = ix.ingest(v[a:b], t[a:b], r[a:b])
+            rejected += rep.rejected
+            for k, c in rep.reasons.items():
+                reasons[k] = reasons.get(k, 0) + c
+    except SummaryError as exc:
+        raise SparkInputError(f"summary {name}: {exc}") from None
+    if rejected:
+        raise SparkInputError(f"summary {name}: {rejected} tuples rejected "
+                              f"({reasons}) although the partition was time-ordered")
+    if max_rid is not None and hasattr(ix, "_next_row"):
+        # the one trace pruned rows leave in a full ingest: the row-id counter (a no-op
+        # when nothing was pruned: the ingest already counted every row id)
+        ix._next_row = max(int(ix._next_row), int(max_rid) + 1)
+    return pruned
 
 
 def _ordered(t: np.ndarray, r: np.ndarray) -> bool:
@@ -219,7 +238,12 @@ class IndexJob:
     kind = "index"
 
     def __init__(self, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
-                 name: str | None = None, prune: bool = True, **config_overrides):
+                 name: str | None = None, prune: bool = True, engine: str = "auto", **config_overrides):
+        from .jvm import ENGINES
+
+        if engine not in ENGINES:
+            raise SparkInputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        self.engine = engine
         if isinstance(spec, str):
             spec = parse_summary_declaration(spec)
         self.spec = spec
@@ -295,8 +319,8 @@ class IndexJob:
         agg = projected.agg(F.count(F.lit(1)).alias("n"), F.min(F.when(valid, secs)).alias("lo"),
                             F.max(F.when(valid, secs)).alias("hi"), F.max(F.when(valid, rid)).alias("rid")
                             ).collect()[0]
-        if agg["hi"] is None:
-            return projected
+        if agg["hi"] is None or not (math.isfinite(agg["hi"]) and math.isfinite(agg["lo"])):
+            return projected  # no valid row, or an infinite time (the ingest reports it)
         cutoff = float(agg["hi"]) - self.prune_margin()
         if not float(agg["lo"]) <= cutoff:
             return projected  # nothing old enough to prune
@@ -343,12 +367,16 @@ class IndexJob:
 
 
 def build_index(df, spec, timestamp_col: str, row_id_col: str | None = None, config=None,
-                tree_depth: int = 2, prune: bool = True) -> BuildResult:
+                tree_depth: int = 2, prune: bool = True, engine: str = "auto") -> BuildResult:
     """The StreamIndex of ``spec`` (a SummarySpec or the CREATE SUMMARY text) over ``df``.
 
     ``prune``: skip rows older than the declaration can keep (module docstring).
+    ``engine``: ``"jvm"`` selects the rows in the executors and ingests them on the
+    driver in one Spark job (:mod:`sketchql.spark.index_jvm`), ``"arrow"`` ingests per
+    partition in Python workers (``mapInArrow``), ``"auto"`` (default) takes the JVM
+    one when the session has the jar and the column types are read there.  Same bytes.
     """
-    return build(df, IndexJob(spec, timestamp_col, row_id_col, config, prune=prune), tree_depth)
+    return build(df, IndexJob(spec, timestamp_col, row_id_col, config, prune=prune, engine=engine), tree_depth)
 
 
 def index_estimate(ix, values, t_from=None, t_to=None) -> list[dict]:

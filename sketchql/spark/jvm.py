@@ -43,7 +43,14 @@ from ..summaries import CountSketch
 from .partition import SparkInputError
 
 CLASS_NAME = "sketchql.spark.CountSketchJvm"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "CountSketchJvm.java")
+INDEX_CLASS_NAME = "sketchql.spark.IndexRowsJvm"   # the index build's row selection (index_jvm.py)
+JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
+SOURCE = os.path.join(JAVA_DIR, "CountSketchJvm.java")
+
+
+def sources() -> list[str]:
+    """Every Java source compiled into the jar (sorted: stable jar key)."""
+    return sorted(glob.glob(os.path.join(JAVA_DIR, "*.java")))
 ENGINES = ("auto", "jvm", "arrow")
 # Spark type names (type(field.dataType).__name__) hashed in the JVM
 JVM_KEY_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType", "BooleanType", "FloatType",
@@ -76,8 +83,9 @@ def cache_dir() -> str:
 
 def _jar_key(jars: str) -> str:
     h = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        h.update(f.read())
+    for src in sources():
+        with open(src, "rb") as f:
+            h.update(os.path.basename(src).encode() + b"\0" + f.read())
     spark_jars = sorted(os.path.basename(p) for p in glob.glob(os.path.join(jars, "spark-*.jar")))
     h.update("\n".join(spark_jars).encode())
     return h.hexdigest()[:16]
@@ -115,7 +123,7 @@ def _compile(javac: str, jars: str, out: str) -> str | None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sketchql-javac-") as tmp:
         proc = subprocess.run([javac, "-nowarn", "--release", "17", "-cp",
-                               os.path.join(jars, "*"), "-d", tmp, SOURCE],
+                               os.path.join(jars, "*"), "-d", tmp, *sources()],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             _last_error = f"javac failed: {proc.stderr.strip()[-2000:]}"
@@ -153,6 +161,11 @@ def session_conf(conf: dict | None = None, compile: bool = True) -> dict:
 
 def _jvm_class(spark):
     """The py4j handle of CountSketchJvm, or None (not on the classpath, Spark Connect)."""
+    return java_class(spark, CLASS_NAME)
+
+
+def java_class(spark, name: str):
+    """The py4j handle of the jar's class ``name``, or None (not on the classpath, Spark Connect)."""
     try:
         from py4j.java_gateway import JavaClass
 
@@ -160,7 +173,7 @@ def _jvm_class(spark):
         if jvm is None:
             return None
         cls = jvm
-        for part in CLASS_NAME.split("."):
+        for part in name.split("."):
             cls = getattr(cls, part)
         return cls if isinstance(cls, JavaClass) else None
     except Exception:
