@@ -66,6 +66,15 @@ def test_generated_ids_time_ranges_equal_oracle(jvm_spark, structure, prune):
     ok = (kk != -1) & ~np.isnan(tt)
     res = _both(df, "ts", structure=structure, prune=prune)
     assert res.summary.to_bytes() == _oracle(kk[ok], tt[ok], rr[ok], structure)
+    if prune:  # the newest time from the cache's batch statistics (an upper bound) vs a scan
+        cls = jvm_mod.java_class(jvm_spark, jvm_mod.INDEX_CLASS_NAME)
+        t_kind = cls.timeKind(df.select("ts")._jdf.schema().fields()[0].dataType())
+        assert cls.cachedNewest(df.select("k", "ts")._jdf, t_kind) >= tt[ok].max()
+        assert math.isnan(cls.cachedNewest(df.select("k", (F.col("ts") + 1).alias("ts"))._jdf, t_kind))
+        for cached_stats in (True, False):
+            sel = index_jvm.select_rows(df.select("k", "ts"), 480.0, True, 0, cached_stats)
+            assert sel.valid == ok.sum() and 0 < len(sel.keys) < ok.sum()
+            assert sel.max_ts == tt[ok].max() and sel.ts.min() > tt[ok].max() - 480.0
     assert (res.rows, res.null_keys, res.null_ts) == (int(ok.sum()), int((kk == -1).sum()),
                                                       int(((kk != -1) & np.isnan(tt)).sum()))
     assert (res.min_ts, res.max_ts) == (tt[ok].min(), tt[ok].max())
@@ -170,3 +179,18 @@ def test_read_selected_rejects_truncated_file(tmp_path):
                   + np.array([0, 1], "<i8").tobytes())
     sel = index_jvm.read_selected(str(p), np.int32)
     assert sel.keys.dtype == np.int32 and sel.keys.tolist() == [7, 8] and sel.max_rid == 1
+
+
+def test_narrow_and_wide_columns_mixed_across_partitions(jvm_spark):
+    """Partitions whose keys / row ids fit int32 ship narrow columns; others are widened."""
+    n = 900
+    part = np.arange(n) % 3
+    k = np.where(part == 0, np.arange(n) * (2**40), np.arange(n) % 11)      # partition 0: wide keys
+    rid = np.where(part == 1, np.arange(n) * (2**40) - 2**60, np.arange(n))  # partition 1: wide id range
+    ts = np.arange(n) * 0.5
+    rows = [(int(p), int(x), float(t), int(r)) for p, x, t, r in zip(part, k, ts, rid)]
+    df = jvm_spark.createDataFrame(rows, "p int, k long, ts double, rid long").repartitionByRange(3, "p")
+    res = _both(df, "ts", "rid")
+    assert res.summary.to_bytes() == _oracle(k, ts, rid)
+    narrow = df.where("p = 2")
+    assert _both(narrow, "ts", "rid").summary.to_bytes() == _oracle(k[part == 2], ts[part == 2], rid[part == 2])

@@ -16,7 +16,10 @@ directly, with no Python worker:
 * generated row ids are ``(partition << 33) + base + position`` (Spark's
   ``monotonically_increasing_id()``); a row-id column is read (null -> -1);
 * ``prune=True``: job 1 finds the newest valid time ``hi``; job 2 ships only
-  the valid rows with ``ts > hi - margin`` to the driver;
+  the valid rows with ``ts > hi - margin`` to the driver.  On a cached input
+  job 1 reads no row: the upper bound ``U >= hi`` of the time column that
+  Spark keeps per cached batch gives the cutoff ``U - margin <= hi - margin``
+  (a superset is kept; Python's ingest prunes again with the exact ``hi``);
   ``prune=False``: one job; partition ``p`` drops ``ts <= hi_p - margin``
   (``hi_p`` its own newest time, and the merged clock is ``>= hi_p``).
 
@@ -32,8 +35,8 @@ leaves is the row-id counter, restored from the largest valid row id.  The
 kept rows are ingested in the same ``(ts, row id)`` order as in one process,
 so no merge is involved at all (the T3/T4 merge contract is not needed).
 
-Cost model (``prune=True``): two JVM passes over the input (each about the
-scan Spark's own aggregate does) + a collect of the rows within ``margin`` of
+Cost model (``prune=True``): one JVM pass over the input (about the scan
+Spark's own aggregate does; two when the input is not cached) + a collect of the rows within ``margin`` of
 the newest time + a single-process ingest of those rows.  The merged
 index holds those rows anyway, so the driver receives the same order of data
 as with the Arrow path; what is lost is the executors' parallelism for that
@@ -63,6 +66,7 @@ KEY_DTYPES = {"LongType": np.int64, "IntegerType": np.int32, "ShortType": np.int
 TS_TYPES = {"LongType", "IntegerType", "ShortType", "ByteType", "FloatType", "DoubleType",
             "TimestampType", "TimestampNTZType", "DateType"}
 _HEADER = 10 * 8
+_KEYS_INT32, _RIDS_INT32 = 1, 2   # header flags: narrowed columns
 
 
 @dataclass
@@ -110,24 +114,38 @@ def read_selected(path: str, key_dtype) -> SelectedRows:
         raise SparkInputError(f"JVM index rows: {len(data)} bytes, expected at least {_HEADER}")
     head = np.frombuffer(data, "<i8", 8, 0)
     lo, hi = (float(x) for x in np.frombuffer(data, "<f8", 2, 64))
-    parts, valid, nk, nt, kept, max_rid, nonfin = (int(x) for x in head[:7])
-    if len(data) != _HEADER + 24 * kept:
+    parts, valid, nk, nt, kept, max_rid, nonfin, flags = (int(x) for x in head)
+    kw = 4 if flags & _KEYS_INT32 else 8
+    rw = 4 if flags & _RIDS_INT32 else 8
+    table = 16 * parts if flags & _RIDS_INT32 else 0
+    if len(data) != _HEADER + (kw + 8 + rw) * kept + table:
         raise SparkInputError(f"JVM index rows: {len(data)} bytes for {kept} rows")
-    raw = np.frombuffer(data, "<i8", kept, _HEADER)
+    off = _HEADER
+    raw = np.frombuffer(data, f"<i{kw}", kept, off)
     if np.dtype(key_dtype).kind == "f":
         keys = raw.view("<f8").astype(np.float64)
     else:
         keys = raw.astype(key_dtype)
-    ts = np.frombuffer(data, "<f8", kept, _HEADER + 8 * kept).astype(np.float64)
-    rids = np.frombuffer(data, "<i8", kept, _HEADER + 16 * kept).astype(np.int64)
+    off += kw * kept
+    ts = np.frombuffer(data, "<f8", kept, off).astype(np.float64)
+    off += 8 * kept
+    rids = np.frombuffer(data, f"<i{rw}", kept, off).astype(np.int64)
+    if flags & _RIDS_INT32:  # offsets from each partition's base
+        base_count = np.frombuffer(data, "<i8", 2 * parts, off + 4 * kept).reshape(parts, 2)
+        if int(base_count[:, 1].sum()) != kept:
+            raise SparkInputError(f"JVM index rows: partition table does not add up to {kept} rows")
+        rids += np.repeat(base_count[:, 0], base_count[:, 1])
     return SelectedRows(parts, valid, nk, nt, max_rid, nonfin, lo, hi, keys, ts, rids)
 
 
-def select_rows(projected, margin: float, prune: bool, rid_base: int = 0) -> SelectedRows:
+def select_rows(projected, margin: float, prune: bool, rid_base: int = 0,
+                cached_stats: bool = True) -> SelectedRows:
     """Run :class:`IndexRowsJvm` over ``projected`` (key, ts[, row id]) and read its rows.
 
     ``prune``: two jobs (the global newest time, then the rows after the global cutoff);
     else one job with per-partition cutoffs (see the Java class comment).
+    ``cached_stats``: on a cached input, take the newest time from the cache's batch
+    statistics instead of scanning (an upper bound: more rows kept, same index).
     """
     from .jvm import INDEX_CLASS_NAME, java_class
 
@@ -139,7 +157,8 @@ def select_rows(projected, margin: float, prune: bool, rid_base: int = 0) -> Sel
     os.close(fd)
     try:
         key_time = projected.select(*projected.columns[:2])
-        cls.select(key_time._jdf, projected._jdf, float(margin), bool(prune), int(rid_base), path)
+        cls.select(key_time._jdf, projected._jdf, float(margin), bool(prune), int(rid_base), path,
+                   bool(cached_stats))
         return read_selected(path, key_dtype)
     finally:
         try:

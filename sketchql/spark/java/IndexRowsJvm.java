@@ -16,24 +16,29 @@
  * A valid row with ts <= hi - margin, hi the newest valid time, is expired at
  * the merged clock (see index_jvm.py) and need not be ingested.  Two modes:
  *
- *   prune:    job 1 (NewestTime) finds the global hi; job 2 (PartitionRows)
- *             keeps the valid rows with ts > hi - margin (the "floor");
+ *   prune:    job 1 (NewestTime) finds the global hi -- or, on a loaded cache,
+ *             cachedNewest() reads an upper bound U >= hi from the cached batch
+ *             statistics without decoding a row; job 2 (PartitionRows) keeps the
+ *             valid rows with ts > hi - margin (or > U - margin: a superset; the
+ *             Python ingest prunes again with the exact hi);
  *   no prune: one job; each partition drops ts <= hi_p - margin, hi_p its own
  *             newest time (the merged clock is >= hi_p).  The running maximum
  *             only grows, so a row with ts <= (running hi_p) - margin is dropped
  *             on arrival and the buffer is compacted against the running cut
  *             whenever it fills (amortized O(1) per row).
  *
- * A non-finite valid time disables all pruning (the ingest then reports it).
+ * A row with an infinite time is never pruned (the ingest then reports it).
  * The driver writes, little-endian, to {@code path}:
  *
  *   header (8 longs): partitions, valid rows, nullKeys, nullTs, kept rows,
  *                     largest row id of a valid row (-1: none), non-finite times,
- *                     0 (reserved)
+ *                     flags (1: keys int32, 2: row ids int32 offsets)
  *   2 doubles:        min and max valid time (NaN when none)
- *   kept x long:      keys (integers / booleans as long, floats as double bits)
+ *   kept x int64|32:  keys (integers / booleans as integers, floats as double bits;
+ *                     int32 when every kept key fits)
  *   kept x double:    times
- *   kept x long:      row ids
+ *   kept x int64|32:  row ids, or (flag 2) int32 offsets from a per-partition base
+ *   (flag 2) partitions x (base, kept rows) longs: row id = base + offset
  *
  * Rows keep partition order, and within a partition arrival order; Python sorts
  * by (ts, row id) when needed and ingests.
@@ -74,7 +79,8 @@ public final class IndexRowsJvm {
     static final int T_LONG = 0, T_INT = 1, T_SHORT = 2, T_BYTE = 3, T_DOUBLE = 5, T_FLOAT = 6,
                      T_MICROS = 7, T_DAYS = 8;
     static final int HEADER = 8 * 8 + 2 * 8;
-    static final int PART_HEADER = 6 * 8 + 2 * 8;
+    static final int PART_HEADER = 6 * 8 + 2 * 8 + 3 * 8;
+    static final long KEYS_INT32 = 1L, RIDS_INT32 = 2L;   // narrow-column flags
 
     private IndexRowsJvm() {}
 
@@ -191,11 +197,11 @@ public final class IndexRowsJvm {
         long[] rids = new long[1024];
         int n;
 
-        /** Drop rows with ts <= cut (order kept). */
+        /** Drop rows with a finite ts <= cut (order kept; infinite times stay, the ingest reports them). */
         void compact(double cut) {
             int j = 0;
             for (int i = 0; i < n; i++) {
-                if (ts[i] > cut) {
+                if (ts[i] > cut || Double.isInfinite(ts[i])) {
                     keys[j] = keys[i];
                     ts[j] = ts[i];
                     rids[j] = rids[i];
@@ -265,9 +271,9 @@ public final class IndexRowsJvm {
                     hi = t;
                     if (local && !Double.isInfinite(hi) && hi - margin > cut) cut = hi - margin;
                 }
-                if (nonFinite == 0 && t <= cut) continue;   // expired on arrival
+                if (t <= cut && !Double.isInfinite(t)) continue;   // expired on arrival
                 if (b.n == b.keys.length) {
-                    if (nonFinite == 0) b.compact(cut);
+                    if (local) b.compact(cut);   // (else every buffered row is > floor already)
                     if (b.n > b.keys.length / 2) b.grow();
                 }
                 b.keys[b.n] = rd.key;
@@ -275,19 +281,149 @@ public final class IndexRowsJvm {
                 b.rids[b.n] = rid;
                 b.n++;
             }
-            if (nonFinite == 0) b.compact(cut);
+            if (local) b.compact(cut);
+            return Collections.singletonList(pack(b, valid, nullKeys, nullTs, maxRid, nonFinite, lo, hi)).iterator();
+        }
+
+        /**
+         * Lossless narrowing (fewer bytes to collect): integer keys that all fit in an int
+         * go as int32; row ids as int32 offsets from the partition's smallest kept id when
+         * the range fits (always, for generated ids of a partition under 2^31 rows).
+         */
+        byte[] pack(Buf b, long valid, long nullKeys, long nullTs, long maxRid, long nonFinite, double lo,
+                    double hi) {
             final int n = b.n;
-            ByteBuffer out = ByteBuffer.allocate(PART_HEADER + 24 * n).order(ByteOrder.LITTLE_ENDIAN);
+            boolean keys32 = keyKind != K_DOUBLE && keyKind != K_FLOAT;
+            long rmin = Long.MAX_VALUE, rmax = Long.MIN_VALUE;
+            for (int i = 0; i < n; i++) {
+                long k = b.keys[i], r = b.rids[i];
+                if (k != (int) k) keys32 = false;
+                if (r < rmin) rmin = r;
+                if (r > rmax) rmax = r;
+            }
+            if (n == 0) rmin = rmax = 0;
+            boolean rids32 = rmax - rmin >= 0 && rmax - rmin <= Integer.MAX_VALUE;
+            int kw = keys32 ? 4 : 8, rw = rids32 ? 4 : 8;
+            long bytes = (long) PART_HEADER + (long) (kw + 8 + rw) * n;
+            if (bytes > Integer.MAX_VALUE - 64)
+                throw new IllegalStateException("sketchql: " + n + " kept rows in one partition; repartition the input");
+            ByteBuffer out = ByteBuffer.allocate((int) bytes).order(ByteOrder.LITTLE_ENDIAN);
             out.putLong(valid).putLong(nullKeys).putLong(nullTs).putLong(n)
                .putLong(valid > 0 ? maxRid : -1L).putLong(nonFinite);
             out.putDouble(valid > 0 ? lo : Double.NaN).putDouble(valid > 0 ? hi : Double.NaN);
-            out.position(PART_HEADER);
-            out.asLongBuffer().put(b.keys, 0, n);
-            out.position(PART_HEADER + 8 * n);
+            out.putLong((keys32 ? KEYS_INT32 : 0L) | (rids32 ? RIDS_INT32 : 0L)).putLong(rmin).putLong(0L);
+            if (keys32) {
+                for (int i = 0; i < n; i++) out.putInt((int) b.keys[i]);
+            } else {
+                out.asLongBuffer().put(b.keys, 0, n);
+                out.position(out.position() + 8 * n);
+            }
             out.asDoubleBuffer().put(b.ts, 0, n);
-            out.position(PART_HEADER + 16 * n);
-            out.asLongBuffer().put(b.rids, 0, n);
-            return Collections.singletonList(out.array()).iterator();
+            out.position(out.position() + 8 * n);
+            if (rids32) {
+                for (int i = 0; i < n; i++) out.putInt((int) (b.rids[i] - rmin));
+            } else {
+                out.asLongBuffer().put(b.rids, 0, n);
+            }
+            return out.array();
+        }
+    }
+
+
+    // ------------------------------------------------------------------ cached column statistics
+    /**
+     * An upper bound of the times of {@code keyTime} (column 1) read from the statistics Spark
+     * keeps for every cached batch (upperBound, nullCount, count of each column), with no row
+     * decoded; NaN when the input is not a column projection of a loaded in-memory cache with
+     * the default serializer (the caller then scans).  Internal Spark classes are reached by
+     * reflection, so another Spark version only loses this shortcut.
+     *
+     * Seconds are a non-decreasing function of the raw value, so seconds(upperBound) bounds
+     * every time of the batch from above; NaN is never an upper bound (NaN > x is false).
+     */
+    public static double cachedNewest(org.apache.spark.sql.classic.Dataset<Row> keyTime, int timeKind) {
+        try {
+            org.apache.spark.sql.catalyst.expressions.Attribute want =
+                (org.apache.spark.sql.catalyst.expressions.Attribute) keyTime.queryExecution().analyzed().output().apply(1);
+            long id = want.exprId().id();
+            org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan = keyTime.queryExecution().withCachedData();
+            while (plan instanceof org.apache.spark.sql.catalyst.plans.logical.Project) {
+                org.apache.spark.sql.catalyst.plans.logical.Project pr = (org.apache.spark.sql.catalyst.plans.logical.Project) plan;
+                boolean found = false;
+                for (int i = 0; i < pr.projectList().length(); i++) {
+                    Object e = pr.projectList().apply(i);
+                    if (!(e instanceof org.apache.spark.sql.catalyst.expressions.NamedExpression)) continue;
+                    org.apache.spark.sql.catalyst.expressions.NamedExpression ne =
+                        (org.apache.spark.sql.catalyst.expressions.NamedExpression) e;
+                    if (ne.exprId().id() != id) continue;
+                    Object inner = ne instanceof org.apache.spark.sql.catalyst.expressions.Alias
+                        ? ((org.apache.spark.sql.catalyst.expressions.Alias) ne).child() : ne;
+                    if (!(inner instanceof org.apache.spark.sql.catalyst.expressions.AttributeReference)) return Double.NaN;
+                    id = ((org.apache.spark.sql.catalyst.expressions.AttributeReference) inner).exprId().id();
+                    found = true;
+                    break;
+                }
+                if (!found) return Double.NaN;
+                plan = pr.child();
+            }
+            if (!plan.getClass().getSimpleName().equals("InMemoryRelation")) return Double.NaN;
+            scala.collection.Seq<?> out = (scala.collection.Seq<?>) plan.getClass().getMethod("output").invoke(plan);
+            int col = -1;
+            for (int i = 0; i < out.length(); i++) {
+                if (((org.apache.spark.sql.catalyst.expressions.Attribute) out.apply(i)).exprId().id() == id) col = i;
+            }
+            if (col < 0) return Double.NaN;
+            Object builder = plan.getClass().getMethod("cacheBuilder").invoke(plan);
+            if (!(Boolean) builder.getClass().getMethod("isCachedColumnBuffersLoaded").invoke(builder)) return Double.NaN;
+            @SuppressWarnings("unchecked")
+            org.apache.spark.rdd.RDD<Object> batches =
+                (org.apache.spark.rdd.RDD<Object>) builder.getClass().getMethod("cachedColumnBuffers").invoke(builder);
+            double hi = Double.NEGATIVE_INFINITY;
+            for (Double h : batches.toJavaRDD().mapPartitions(new BatchUpper(col, timeKind)).collect()) {
+                if (h.isNaN()) return Double.NaN;
+                hi = Math.max(hi, h);
+            }
+            return hi;
+        } catch (Exception | LinkageError e) {
+            return Double.NaN;
+        }
+    }
+
+    /** Max over a partition's cached batches of seconds(upperBound of column col); NaN: unreadable. */
+    static final class BatchUpper implements FlatMapFunction<Iterator<Object>, Double> {
+        private static final long serialVersionUID = 1L;
+        final int col, timeKind;
+
+        BatchUpper(int col, int timeKind) {
+            this.col = col;
+            this.timeKind = timeKind;
+        }
+
+        @Override
+        public Iterator<Double> call(Iterator<Object> it) throws Exception {
+            double hi = Double.NEGATIVE_INFINITY;
+            java.lang.reflect.Method statsOf = null;
+            while (it.hasNext()) {
+                Object b = it.next();
+                if (!b.getClass().getSimpleName().equals("DefaultCachedBatch"))
+                    return Collections.singletonList(Double.NaN).iterator();
+                if (statsOf == null) statsOf = b.getClass().getMethod("stats");
+                InternalRow st = (InternalRow) statsOf.invoke(b);
+                int base = 5 * col;   // lowerBound, upperBound, nullCount, count, sizeInBytes
+                if (st.numFields() < base + 5) return Collections.singletonList(Double.NaN).iterator();
+                if (st.isNullAt(base + 1) || st.getInt(base + 2) >= st.getInt(base + 3)) continue;   // all null
+                double u;
+                switch (timeKind) {
+                    case T_DOUBLE: u = st.getDouble(base + 1); break;
+                    case T_FLOAT: u = st.getFloat(base + 1); break;
+                    case T_MICROS: u = (double) st.getLong(base + 1) / 1e6; break;
+                    case T_DAYS: u = (double) st.getInt(base + 1) * 86400.0; break;
+                    default: u = (double) intAt(st, base + 1, timeKind); break;
+                }
+                if (u != u) return Collections.singletonList(Double.NaN).iterator();
+                if (u > hi) hi = u;
+            }
+            return Collections.singletonList(hi).iterator();
         }
     }
 
@@ -311,20 +447,25 @@ public final class IndexRowsJvm {
      */
     public static long select(org.apache.spark.sql.classic.Dataset<Row> keyTime,
                               org.apache.spark.sql.classic.Dataset<Row> rows, double margin, boolean prune,
-                              long ridBase, String path) throws IOException {
+                              long ridBase, String path, boolean useCachedStats) throws IOException {
         int[] k = kinds(rows);
         JavaRDD<InternalRow> rdd = rows.queryExecution().toRdd().toJavaRDD();
         int parts = rdd.getNumPartitions();
         boolean finite = !Double.isNaN(margin) && !Double.isInfinite(margin);
         double floor = Double.NEGATIVE_INFINITY;
-        if (prune && finite && parts > 0) {   // job 1: the global newest time
-            JavaRDD<InternalRow> kt = keyTime.queryExecution().toRdd().toJavaRDD();
-            double hi = Double.NEGATIVE_INFINITY, nonFinite = 0;
-            for (double[] h : kt.mapPartitions(new NewestTime(k[0], k[1])).collect()) {
-                hi = Math.max(hi, h[0]);
-                nonFinite += h[1];
+        if (prune && finite && parts > 0) {   // job 1: the global newest time, or an upper bound of it
+            double hi = useCachedStats ? cachedNewest(keyTime, k[1]) : Double.NaN;
+            double nonFinite = 0;
+            if (Double.isNaN(hi)) {
+                hi = Double.NEGATIVE_INFINITY;
+                JavaRDD<InternalRow> kt = keyTime.queryExecution().toRdd().toJavaRDD();
+                for (double[] h : kt.mapPartitions(new NewestTime(k[0], k[1])).collect()) {
+                    hi = Math.max(hi, h[0]);
+                    nonFinite += h[1];
+                }
             }
-            if (nonFinite == 0 && hi > Double.NEGATIVE_INFINITY) floor = hi - margin;
+            // a bound hi' >= hi only keeps more rows (ts > hi' - margin); Python re-prunes exactly
+            if (nonFinite == 0 && hi > Double.NEGATIVE_INFINITY && !Double.isInfinite(hi)) floor = hi - margin;
         }
         List<byte[]> got = parts == 0 ? Collections.<byte[]>emptyList()
             : rdd.mapPartitionsWithIndex(new PartitionRows(k[0], k[1], k[2], prune ? Double.NaN : margin, floor,
@@ -355,13 +496,42 @@ public final class IndexRowsJvm {
                 .putLong(nonFinite).putLong(0L).putDouble(lo).putDouble(hi);
             head.flip();
             while (head.hasRemaining()) ch.write(head);
-            for (int col = 0; col < 3; col++) {   // keys, then times, then row ids
+            // keys: int32 when every partition narrowed them (else widened), times, row ids:
+            // int32 offsets + a (base, count) table per partition when every partition narrowed
+            boolean keys32 = true, rids32 = true;
+            for (ByteBuffer b : bufs) {
+                keys32 &= (b.getLong(64) & KEYS_INT32) != 0;
+                rids32 &= (b.getLong(64) & RIDS_INT32) != 0;
+            }
+            for (int col = 0; col < 3; col++) {
                 for (ByteBuffer b : bufs) {
                     int n = (int) b.getLong(24);
-                    ByteBuffer slice = ByteBuffer.wrap(b.array(), PART_HEADER + 8 * n * col, 8 * n);
-                    while (slice.hasRemaining()) ch.write(slice);
+                    long fl = b.getLong(64);
+                    int kw = (fl & KEYS_INT32) != 0 ? 4 : 8, rw = (fl & RIDS_INT32) != 0 ? 4 : 8;
+                    int off = col == 0 ? PART_HEADER : col == 1 ? PART_HEADER + kw * n : PART_HEADER + (kw + 8) * n;
+                    int w = col == 0 ? kw : col == 1 ? 8 : rw;
+                    boolean narrowOut = col == 0 ? keys32 : col == 2 && rids32;
+                    if (w == 8 || narrowOut) {
+                        ByteBuffer slice = ByteBuffer.wrap(b.array(), off, w * n);
+                        while (slice.hasRemaining()) ch.write(slice);
+                    } else {   // widen this partition's int32 column to int64
+                        long base = col == 2 ? b.getLong(72) : 0L;
+                        ByteBuffer wide = ByteBuffer.allocate(8 * n).order(ByteOrder.LITTLE_ENDIAN);
+                        for (int i = 0; i < n; i++) wide.putLong(base + b.getInt(off + 4 * i));
+                        wide.flip();
+                        while (wide.hasRemaining()) ch.write(wide);
+                    }
                 }
             }
+            if (rids32) {
+                ByteBuffer table = ByteBuffer.allocate(16 * bufs.length).order(ByteOrder.LITTLE_ENDIAN);
+                for (ByteBuffer b : bufs) table.putLong(b.getLong(72)).putLong(b.getLong(24));
+                table.flip();
+                while (table.hasRemaining()) ch.write(table);
+            }
+            ByteBuffer flags = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
+            flags.putLong((keys32 ? KEYS_INT32 : 0L) | (rids32 ? RIDS_INT32 : 0L)).flip();
+            ch.write(flags, 56);   // header slot 7
         }
         return kept;
     }
