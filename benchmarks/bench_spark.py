@@ -15,8 +15,9 @@ distinct) and ``ts`` (event time, seconds) generated in the JVM and cached.
                    (Spark's native JVM aggregate; same d=5 x w=4096 table);
 * ``ours_index``-- the full index of ``CREATE SUMMARY ... COLLAPSE(2, 4)``
                    (T3, fixed zones; row ids generated), the default build_index
-                   call (engine="auto" -> "jvm", sketchql.spark.index_jvm): one
-                   JVM pass finds t_max, a second keeps the rows newer than
+                   call (engine="auto" -> "jvm", sketchql.spark.index_jvm):
+                   t_max comes from the cache's batch statistics (no pass over
+                   the rows), one JVM pass keeps the rows newer than
                    t_max - 2 x 230 s - 20 s (the index keeps the declared ~230 s
                    of the 1 hour of data; ~13% of the rows), which the driver
                    ingests into one index -- no Python worker; same bytes as

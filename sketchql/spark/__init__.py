@@ -6,8 +6,9 @@
   summaries are tree-reduced to one on the driver (byte-identical count
   sketches to a single-process build); a plain count sketch is by default
   hashed inside the JVM instead (:mod:`sketchql.spark.jvm`, same bytes, no
-  Python transfer), and the index build skips rows older than the
-  declaration's history before they reach Python (same bytes);
+  Python transfer), and an index build by default selects the rows the
+  declaration keeps inside the executors and ingests them on the driver
+  (:mod:`sketchql.spark.index_jvm`, same bytes, no Python worker);
 * continuous maintenance -- :func:`maintain` (Structured Streaming
   ``foreachBatch``, exactly once across restarts via checkpoint + idempotent
   batch ids) publishing into a summary store (:mod:`sketchql.spark.store`);

@@ -1,6 +1,15 @@
 """Build the :class:`~sketchql.index.StreamIndex` of a ``CREATE SUMMARY`` per partition.
 
-Each partition buffers its rows ``(value, ts, row_id)`` (nulls skipped and
+Two engines, same bytes (``build_index(..., engine=)``; ``"auto"`` takes the
+JVM one when the session has the jar and the column types are read there):
+
+* ``"jvm"`` (:mod:`sketchql.spark.index_jvm`): the executors select the rows
+  the index keeps (nulls counted, expired rows dropped, row ids generated) in
+  one Spark job with no Python worker, and the driver ingests them into one
+  index -- the one-process build itself, no merge involved;
+* ``"arrow"`` (this module): the per-partition ``mapInArrow`` build below.
+
+With the Arrow engine, each partition buffers its rows ``(value, ts, row_id)`` (nulls skipped and
 counted), puts them in ``(ts, row_id)`` order (a no-op check when the input is
 already time-ordered) and ingests them into a fresh index; partial indexes are
 merged with ``StreamIndex.merge`` in a tree.  With the default structure T3

@@ -42,6 +42,8 @@ index holds those rows anyway, so the driver receives the same order of data
 as with the Arrow path; what is lost is the executors' parallelism for that
 ingest (at most the number of partitions holding recent rows -- one for a
 time-ordered input).  ``engine="arrow"`` keeps the per-partition Python ingest.
+The kept rows are collected (12-24 bytes each), so they count against
+``spark.driver.maxResultSize``.
 
 Supported: keys of byte/short/int/long/boolean/float/double type (same numpy
 dtypes as :func:`~sketchql.spark.partition.key_array`), times of those numeric

@@ -10,6 +10,9 @@ internal rows, and adds the partials with ``treeAggregate``.  Python receives
 the summed table and builds a ``CountSketch`` from it: ``to_bytes()`` is
 byte-identical to one ``update`` over all keys in one process.
 
+The same jar holds every source of ``sketchql/spark/java/`` (also
+``IndexRowsJvm``, the index build's row selection: :mod:`sketchql.spark.index_jvm`).
+
 Key types hashed in the JVM: byte/short/int/long, boolean, float/double
 (NaN skipped as null, as on the Arrow path), string and binary (FNV-1a of the
 UTF-8 bytes).  Anything else (decimal, date, timestamp) falls back to the
