@@ -60,7 +60,6 @@ import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.api.java.function.Function2;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.types.BooleanType;
 import org.apache.spark.sql.types.ByteType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType;
@@ -75,7 +74,11 @@ import org.apache.spark.sql.types.TimestampType;
 public final class IndexRowsJvm {
     public static final String VERSION = "1";
 
-    static final int K_LONG = 0, K_INT = 1, K_SHORT = 2, K_BYTE = 3, K_BOOL = 4, K_DOUBLE = 5, K_FLOAT = 6;
+    // key kinds: CountSketchJvm's numeric ones (same codes, the Python side maps both the same way)
+    static final int K_LONG = CountSketchJvm.K_LONG, K_INT = CountSketchJvm.K_INT,
+                     K_SHORT = CountSketchJvm.K_SHORT, K_BYTE = CountSketchJvm.K_BYTE,
+                     K_BOOL = CountSketchJvm.K_BOOL, K_DOUBLE = CountSketchJvm.K_DOUBLE,
+                     K_FLOAT = CountSketchJvm.K_FLOAT;
     static final int T_LONG = 0, T_INT = 1, T_SHORT = 2, T_BYTE = 3, T_DOUBLE = 5, T_FLOAT = 6,
                      T_MICROS = 7, T_DAYS = 8;
     static final int HEADER = 8 * 8 + 2 * 8;
@@ -86,14 +89,8 @@ public final class IndexRowsJvm {
 
     /** Key kind of a Spark type, or -1 when keys of that type are not read here. */
     public static int keyKind(DataType t) {
-        if (t instanceof LongType) return K_LONG;
-        if (t instanceof IntegerType) return K_INT;
-        if (t instanceof ShortType) return K_SHORT;
-        if (t instanceof ByteType) return K_BYTE;
-        if (t instanceof BooleanType) return K_BOOL;
-        if (t instanceof DoubleType) return K_DOUBLE;
-        if (t instanceof FloatType) return K_FLOAT;
-        return -1;
+        int k = CountSketchJvm.kindOf(t);
+        return k == CountSketchJvm.K_STRING || k == CountSketchJvm.K_BINARY ? -1 : k;
     }
 
     /** Time kind of a Spark type, or -1. */
