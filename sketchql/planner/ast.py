@@ -145,6 +145,27 @@ class Aggregate(Expr):
 
 
 @dataclass
+class InSubquery(Expr):
+    """``operand [NOT] IN (subquery)``: the subquery yields one column."""
+    operand: Expr
+    query: Any                        # Select | SetOp
+    negated: bool = False
+
+    def __str__(self):
+        return f"{self.operand} {'NOT ' if self.negated else ''}IN (subquery)"
+
+
+@dataclass
+class Exists(Expr):
+    """``[NOT] EXISTS (subquery)``, possibly correlated through equalities in its WHERE."""
+    query: Any                        # Select | SetOp
+    negated: bool = False
+
+    def __str__(self):
+        return f"{'NOT ' if self.negated else ''}EXISTS (subquery)"
+
+
+@dataclass
 class SummaryEstimate(Expr):
     """``SUMMARY.Estimate.Count(col)``: the index's frequency estimate of col's value."""
     column: Column
@@ -161,7 +182,8 @@ class Window:
     slide: Optional[float] = None     # seconds
     partition_by: list = field(default_factory=list)   # [Column]
     where: Optional[Expr] = None      # CQL filter applied before the window
-    start_at: Optional[str] = None    # landmark ``UNBOUNDED START AT '...'``
+    start_at: Optional[float] = None  # landmark ``UNBOUNDED START AT t`` (seconds): ts >= t
+    end_at: Optional[float] = None    # upper-bounded landmark ``... END AT t``: ts <= t
     pos: Pos = field(default=(None, None), compare=False, repr=False)
 
     def __str__(self):
@@ -171,6 +193,9 @@ class Window:
             return f"[ROWS {int(self.size)}]"
         if self.kind == "partition":
             return f"[PARTITION BY {', '.join(map(str, self.partition_by))} ROWS {int(self.size)}]"
+        if self.kind == "unbounded" and (self.start_at is not None or self.end_at is not None):
+            return ("[UNBOUNDED" + (f" START AT {self.start_at:g}" if self.start_at is not None else "") +
+                    (f" END AT {self.end_at:g}" if self.end_at is not None else "") + "]")
         return f"[{self.kind.upper()}]"
 
 
@@ -208,6 +233,30 @@ class Select:
 
 
 @dataclass
+class SetOp:
+    """``left UNION|EXCEPT|INTERSECT [ALL] right`` (EXCEPT also spelled MINUS).
+
+    ``left`` / ``right`` are :class:`Select` or nested :class:`SetOp`; the
+    result has the left side's column names (SQL), compared positionally.
+    """
+    op: str                           # union | except | intersect
+    all: bool
+    left: Any
+    right: Any
+    pos: Pos = field(default=(None, None), compare=False, repr=False)
+
+    def leftmost(self) -> "Select":
+        x = self.left
+        while isinstance(x, SetOp):
+            x = x.left
+        return x
+
+    @property
+    def stream_op(self):
+        return self.leftmost().stream_op
+
+
+@dataclass
 class Preference:
     kind: str                         # desc | asc | weighted
     exprs: list
@@ -228,7 +277,7 @@ class Contract:
 
 @dataclass
 class Query:
-    select: Select
+    select: Any                       # Select, or SetOp for UNION / EXCEPT / INTERSECT
     preference: Optional[Preference] = None
     fade: Optional[float] = None
     window: Optional[float] = None        # paper's ``WINDOW w`` (seconds)

@@ -33,12 +33,25 @@ TIMESTAMP_KW.3: /timestamp(?![A-Za-z0-9_])/i
 
 drop_stmt: "DROP"i DROP_KIND if_exists? name
 DROP_KIND.3: /(stream|table|relation|summary|query)(?![A-Za-z0-9_])/i
-if_exists: "IF"i "EXISTS"i
+if_exists: "IF"i EXISTS_KW
 
 create_summary: "CREATE"i "SUMMARY"i name "ON"i name "(" name ("," name)* ")" "WITH"i "GRANULARITY"i duration "AND"i "COLLAPSE"i "(" number "," number ")"
 
 // ---------------------------------------------------------------- queries
-query: select_core query_clause*
+// set operations (SQL precedence: INTERSECT binds tighter than UNION / EXCEPT,
+// both left-associative); MINUS is a synonym of EXCEPT.
+query: set_expr query_clause*
+?set_expr: set_term
+         | set_expr UNION_KW ALL_KW? set_term          -> set_union
+         | set_expr EXCEPT_KW ALL_KW? set_term         -> set_except
+?set_term: set_primary
+         | set_term INTERSECT_KW ALL_KW? set_primary   -> set_intersect
+?set_primary: select_core
+            | "(" set_expr ")"
+UNION_KW.3: /union(?![A-Za-z0-9_])/i
+EXCEPT_KW.3: /(except|minus)(?![A-Za-z0-9_])/i
+INTERSECT_KW.3: /intersect(?![A-Za-z0-9_])/i
+ALL_KW.3: /all(?![A-Za-z0-9_])/i
 
 ?query_clause: preference | fade | window_clause | error_clause | budget_clause | miss_clause | exact_clause
 preference: "WITH"i "PREFERENCE"i PREF_KIND? expr ("," expr)*
@@ -46,7 +59,7 @@ PREF_KIND.3: /(desc|asc|weighted)(?![A-Za-z0-9_])/i
 fade: "FADE"i "FACTOR"i number
 window_clause: "WINDOW"i duration
 error_clause: "WITH"i "ERROR"i number ("CONFIDENCE"i number)?
-budget_clause: "WITHIN"i number (UNIT | PROBES_KW) "PER"i "TUPLE"i
+budget_clause: "WITHIN"i NUMBER (UNIT | PROBES_KW) "PER"i "TUPLE"i
 PROBES_KW.3: /probes(?![A-Za-z0-9_])/i
 miss_clause: "ON"i "MISS"i MISS_ACTION
 MISS_ACTION.3: /(return|exact|fail)(?![A-Za-z0-9_])/i
@@ -64,7 +77,7 @@ alias: "AS"i? name
 
 from_item: source from_mod*
 source: name                          -> source_name
-      | "(" select_core ")"           -> source_subquery
+      | "(" set_expr ")"              -> source_subquery
 ?from_mod: window_spec | sample | alias
 sample: "SAMPLE"i "(" number ")"
 
@@ -76,7 +89,9 @@ slide: "SLIDE"i duration
 rows_window: "ROWS"i number PRECEDING? window_where?
 partition_window: "PARTITION"i "BY"i column ("," column)* "ROWS"i number PRECEDING? window_where?
 now_window: "NOW"i
-unbounded_window: "UNBOUNDED"i PRECEDING? ("START"i "AT"i STRING)?
+unbounded_window: "UNBOUNDED"i PRECEDING? landmark_start? landmark_end?
+landmark_start: "START"i "AT"i (STRING | NUMBER)
+landmark_end: "END"i "AT"i (STRING | NUMBER)
 window_where: "WHERE"i expr
 PRECEDING.3: /preceding(?![A-Za-z0-9_])/i
 
@@ -84,7 +99,9 @@ where: "WHERE"i expr
 group_by: "GROUP"i "BY"i expr ("," expr)*
 having: "HAVING"i expr
 
-duration: number UNIT?
+// durations take the NUMBER token itself (not the `number` rule): a shared
+// `number` state would let the lexer read the alias in `SELECT 1 s` as a unit
+duration: NUMBER UNIT?
 UNIT.2: /(milliseconds?|msecs?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|days?|d)(?![A-Za-z0-9_])/i
 
 // ---------------------------------------------------------------- expressions
@@ -99,9 +116,11 @@ UNIT.2: /(milliseconds?|msecs?|ms|seconds?|secs?|s|minutes?|mins?|hours?|hrs?|h|
           | sum_expr NOT? "BETWEEN"i sum_expr "AND"i sum_expr  -> between
           | sum_expr NOT? "LIKE"i STRING                       -> like
           | sum_expr NOT? "IN"i "(" expr ("," expr)* ")"       -> in_list
+          | sum_expr NOT? "IN"i "(" set_expr ")"               -> in_subquery
           | sum_expr "IS"i NOT? "NULL"i                        -> is_null
           | sum_expr
 NOT.3: /not(?![A-Za-z0-9_])/i
+EXISTS_KW.3: /exists(?![A-Za-z0-9_])/i
 COMP_OP: "<=" | ">=" | "<>" | "!=" | "==" | "=" | "<" | ">"
 ?sum_expr: product
          | sum_expr ADD_OP product                  -> binop
@@ -120,6 +139,7 @@ MUL_OP: "*" | "/" | "%"
      | column
      | aggregate
      | summary_estimate
+     | EXISTS_KW "(" set_expr ")"                   -> exists
      | name "(" [expr ("," expr)*] ")"              -> func_call
      | "(" expr ")"
 

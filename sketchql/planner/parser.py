@@ -94,7 +94,7 @@ class _ToAST(Transformer):
         return _Num(v, _tokpos(t))
 
     def duration(self, meta, ch):
-        num = ch[0]
+        num = self.number(meta, [ch[0]])
         unit = ch[1] if len(ch) > 1 else None
         scale = UNIT_SECONDS[str(unit).lower()] if unit is not None else 1.0
         return _Dur(float(num.v) * scale, num.pos)
@@ -145,7 +145,39 @@ class _ToAST(Transformer):
         return A.BoolOp("and", items, pos=_pos(meta))
 
     def not_(self, meta, ch):
-        return A.Not(self._lit(_nontok(ch)[0]), pos=_pos(meta))
+        e = self._lit(_nontok(ch)[0])
+        if isinstance(e, (A.Exists, A.InSubquery)):     # NOT EXISTS / NOT (x IN (subquery))
+            e.negated = not e.negated
+            return e
+        return A.Not(e, pos=_pos(meta))
+
+    def in_subquery(self, meta, ch):
+        neg = any(_is(c, "NOT") for c in ch)
+        e, sub = _nontok(ch)
+        return A.InSubquery(self._lit(e), sub, neg, pos=_pos(meta))
+
+    def exists(self, meta, ch):
+        return A.Exists(_nontok(ch)[0], False, pos=_pos(meta))
+
+    # ------------------------------------------------------------ set operations
+    def _setop(self, op, meta, ch):
+        left, right = _nontok(ch)
+        all_ = any(_is(c, "ALL_KW") for c in ch)
+        for side in (right,):
+            core = side.leftmost() if isinstance(side, A.SetOp) else side
+            if core.stream_op is not None:
+                raise _Invalid(f"{core.stream_op.upper()} applies to the whole query: write it in the "
+                               f"first SELECT only", core.pos)
+        return A.SetOp(op, all_, left, right, pos=_pos(meta))
+
+    def set_union(self, meta, ch):
+        return self._setop("union", meta, ch)
+
+    def set_except(self, meta, ch):
+        return self._setop("except", meta, ch)
+
+    def set_intersect(self, meta, ch):
+        return self._setop("intersect", meta, ch)
 
     def compare(self, meta, ch):
         l, op, r = ch
@@ -267,10 +299,33 @@ class _ToAST(Transformer):
     def now_window(self, meta, ch):
         return A.Window("now", pos=_pos(meta))
 
+    def _landmark_time(self, tok):
+        if _is(tok, "NUMBER"):
+            return float(self.number(None, [tok]).v)
+        txt = str(tok)[1:-1].strip()
+        try:
+            return float(txt)
+        except ValueError:
+            pass
+        import pandas as pd
+        try:
+            t = pd.Timestamp(txt)
+        except (ValueError, TypeError):
+            raise _Invalid(f"landmark time {txt!r} is neither a number of seconds nor an ISO date-time",
+                           tok) from None
+        if t.tzinfo is None:
+            t = t.tz_localize("UTC")
+        return float(t.timestamp())
+
+    def landmark_start(self, meta, ch):
+        return ("start", self._landmark_time([c for c in ch if isinstance(c, Token)][-1]))
+
+    def landmark_end(self, meta, ch):
+        return ("end", self._landmark_time([c for c in ch if isinstance(c, Token)][-1]))
+
     def unbounded_window(self, meta, ch):
-        s = [c for c in ch if _is(c, "STRING")]
-        start = str(s[0])[1:-1] if s else None
-        return A.Window("unbounded", start_at=start, pos=_pos(meta))
+        o = self._opts(ch)
+        return A.Window("unbounded", start_at=o.get("start"), end_at=o.get("end"), pos=_pos(meta))
 
     def window_spec(self, meta, ch):
         w = ch[0]
@@ -355,7 +410,7 @@ class _ToAST(Transformer):
         return ("error", (float(nums[0].v), float(nums[1].v) if len(nums) > 1 else None), nums[0].pos)
 
     def budget_clause(self, meta, ch):
-        n = _nontok(ch)[0]
+        n = self.number(meta, [[c for c in ch if _is(c, "NUMBER")][0]])
         unit = [c for c in ch if _is(c, "UNIT") or _is(c, "PROBES_KW")][0]
         if unit.type == "PROBES_KW":
             return ("budget", (float(n.v), "probes"), n.pos)
