@@ -1,0 +1,141 @@
+"""Batch validation: any accepted input form -> a typed, time-sorted Batch, or a clear error.
+
+A batch is checked whole before anything of it is accepted: unknown/missing columns, types
+(first bad row named), NaN/infinite timestamps, tuples older than the stream clock.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LateTupleError
+from ..operators.changes import Batch
+from ..planner.catalog import Schema
+from .errors import BatchError
+
+
+def _to_columns(data, where: str) -> dict:
+    """pandas / pyarrow / dict of arrays / Batch -> dict of 1-D numpy arrays."""
+    if isinstance(data, Batch):
+        return dict(data.columns)
+    mod = type(data).__module__
+    if mod.startswith("pandas"):
+        if not hasattr(data, "columns"):
+            raise BatchError(f"{where}: a pandas Series is not a batch; give a DataFrame")
+        return {str(c): data[c].to_numpy() for c in data.columns}
+    if mod.startswith("pyarrow"):
+        if not hasattr(data, "schema"):
+            raise BatchError(f"{where}: give a pyarrow Table or RecordBatch, got {type(data).__name__}")
+        return {str(n): data.column(i).to_numpy(zero_copy_only=False) for i, n in enumerate(data.schema.names)}
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            a = np.asarray(v) if not isinstance(v, np.ndarray) else v
+            if not isinstance(v, np.ndarray) and a.dtype.kind == "U":
+                a = np.array(list(v), dtype=object)    # keep the given values (["a", 7] is not all text)
+            if a.ndim != 1:
+                raise BatchError(f"{where}: column {k!r} must be one-dimensional, got shape {a.shape}")
+            out[str(k)] = a
+        return out
+    raise BatchError(f"{where}: cannot read a batch from {type(data).__name__}; give a pandas DataFrame, "
+                     f"a pyarrow Table or a dict of arrays")
+
+
+def _show(x) -> str:
+    return repr(x.item() if isinstance(x, np.generic) else x)
+
+
+def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
+    """Convert one column to the declared kind or raise naming the first bad row."""
+    if kind in ("int", "float"):
+        if a.dtype == bool:
+            return a.astype(np.int64 if kind == "int" else np.float64)
+        if a.dtype.kind in "iu":
+            return a.astype(np.int64 if kind == "int" else np.float64, copy=False)
+        if a.dtype.kind == "f":
+            if kind == "int":
+                bad = ~np.isfinite(a) | (a != np.round(a))
+                if bad.any():
+                    r = int(np.flatnonzero(bad)[0])
+                    raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(a[r])}")
+                return a.astype(np.int64)
+            return a.astype(np.float64, copy=False)
+        # object / strings: try a numeric reading, report the first failure
+        import pandas as pd
+        num = pd.to_numeric(pd.Series(a, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+        isnull = pd.isna(pd.Series(a, dtype=object)).to_numpy()
+        bad = np.isnan(num) & ~isnull
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            raise BatchError(f"{where}: column {col!r} is {'INT' if kind == 'int' else 'DOUBLE'} "
+                             f"but row {r} holds {_show(a[r])}")
+        if kind == "int":
+            if isnull.any():
+                r = int(np.flatnonzero(isnull)[0])
+                raise BatchError(f"{where}: column {col!r} is INT but row {r} is NULL")
+            return num.astype(np.int64)
+        return num
+    if kind == "str":
+        if a.dtype.kind in "USO":
+            out = a.astype(object)
+            if a.dtype.kind == "O":
+                ok = np.array([x is None or isinstance(x, str) or (isinstance(x, float) and x != x)
+                               for x in out], dtype=bool) if len(out) else np.ones(0, bool)
+                if not ok.all():
+                    r = int(np.flatnonzero(~ok)[0])
+                    raise BatchError(f"{where}: column {col!r} is STRING but row {r} holds {_show(out[r])}")
+            return out
+        raise BatchError(f"{where}: column {col!r} is STRING but the batch gives {a.dtype} values "
+                         f"(row 0: {_show(a[0])})" if len(a) else f"{where}: column {col!r} is STRING, got {a.dtype}")
+    if kind == "bool":
+        if a.dtype == bool:
+            return a
+        if a.dtype.kind in "iu" and np.isin(a, (0, 1)).all():
+            return a.astype(bool)
+        bad = np.flatnonzero(~np.isin(a, (True, False, 0, 1))) if a.dtype.kind != "O" else \
+            np.flatnonzero([not isinstance(x, (bool, np.bool_)) for x in a])
+        r = int(bad[0]) if len(bad) else 0
+        raise BatchError(f"{where}: column {col!r} is BOOL but row {r} holds {_show(a[r])}")
+    raise BatchError(f"{where}: unknown column kind {kind}")  # pragma: no cover
+
+
+def _validate(schema: Schema, data, clock: float, lateness: float) -> Batch:
+    """Typed, time-sorted Batch for ``schema`` or :class:`BatchError` / :class:`LateTupleError`."""
+    what = "table" if schema.is_table else "stream"
+    where = f"{what} {schema.name}"
+    cols = _to_columns(data, where)
+    lower = {k.lower(): k for k in cols}
+    unknown = [k for k in cols if schema.column(k) is None]
+    if unknown:
+        raise BatchError(f"{where}: unknown column(s) {unknown}; declared: {list(schema.columns)}")
+    missing = [c for c in schema.columns if c.lower() not in lower]
+    if missing:
+        raise BatchError(f"{where}: batch lacks column(s) {missing}; declared: {list(schema.columns)}")
+    n = None
+    out = {}
+    for c, kind in schema.columns.items():
+        a = np.asarray(cols[lower[c.lower()]])
+        if a.ndim != 1:
+            raise BatchError(f"{where}: column {c!r} must be one-dimensional, got shape {a.shape}")
+        if n is None:
+            n = len(a)
+        elif len(a) != n:
+            raise BatchError(f"{where}: column {c!r} has {len(a)} rows, expected {n} like the other columns")
+        out[c] = _coerce(c, kind, a, where)
+    n = n or 0
+    if schema.is_table:
+        return Batch(out, ts=np.zeros(n))
+    ts = out[schema.timestamp].astype(np.float64)
+    if n and np.isnan(ts).any():
+        r = int(np.flatnonzero(np.isnan(ts))[0])
+        raise BatchError(f"{where}: timestamp column {schema.timestamp!r} is NULL/NaN at row {r}")
+    if n and not np.isfinite(ts).all():
+        r = int(np.flatnonzero(~np.isfinite(ts))[0])
+        raise BatchError(f"{where}: timestamp column {schema.timestamp!r} is infinite at row {r}")
+    if n and (ts < clock - lateness).any():
+        r = int(np.flatnonzero(ts < clock - lateness)[0])
+        raise LateTupleError(f"{where}: row {r} has timestamp {ts[r]:g}, older than the stream clock {clock:g}")
+    if n > 1 and np.any(np.diff(ts) < 0):
+        o = np.argsort(ts, kind="stable")
+        out = {k: v[o] for k, v in out.items()}
+        ts = ts[o]
+    return Batch(out, ts=ts)

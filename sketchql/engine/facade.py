@@ -1,0 +1,330 @@
+"""The Engine façade: DDL, registration, pushing batches and heartbeats, introspection."""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import numpy as np
+
+from ..control import ControlError, ControlTable, Knob
+from ..errors import SketchQLError, SketchQLSemanticError
+from ..operators.changes import Batch
+from ..planner import ast as A
+from ..planner.catalog import Catalog, Schema, SummaryDecl, numpy_dtype, type_kind
+from ..planner.explain import explain_plan
+from ..planner.parser import parse
+from ..planner.plan import Plan, StreamStats, instantiate, plan_query, promising_available
+from ..planner.semantic import analyze
+from .batches import _validate
+from .control_tables import ControlTables
+from .index_adapter import _advance_indexes, _build_indexes, _feed_indexes
+from .query import Query
+from .streams import StreamHandle
+
+
+class Engine:
+    """Streams, tables, summaries and continuous queries in one process.
+
+    * ``execute(sql)``: DDL (CREATE STREAM/TABLE/SUMMARY, DROP); a SELECT is
+      registered (returns the :class:`Query`); EXPLAIN returns the plan text.
+    * ``register(sql) -> Query``; ``deregister(query)``.
+    * ``push(name, batch)``: a pandas DataFrame, pyarrow Table or dict of
+      arrays, for a stream (must carry the timestamp column) or a table
+      (rows are appended; joins see them from then on — non-retroactive).
+    * ``heartbeat(stream, ts)``: the stream promises no tuple older than ts.
+    * ``explain(sql)``, ``stats()``, ``stream(name)``, ``queries``.
+    """
+
+    def __init__(self, seed: int = 0):
+        self.catalog = Catalog()
+        self.seed = int(seed)
+        self._streams: dict[str, StreamHandle] = {}
+        self._tables: dict[str, Batch] = {}
+        self._queries: dict[int, Query] = {}
+        self._ids = itertools.count(1)
+        #: engine-wide resource budgets (None = unlimited); the allocator works within them
+        self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
+        self.controls = ControlTables(self)
+
+    # -- DDL ----------------------------------------------------------------
+    def execute(self, sql: str):
+        """Run one or more statements; returns the last statement's result."""
+        res = None
+        for stmt in parse(sql):
+            res = self._execute_stmt(stmt, sql)
+        return res
+
+    def _execute_stmt(self, s, sql):
+        if isinstance(s, A.CreateStream):
+            return self._create_relation(s.name, s.columns, s.timestamp, False, s.pos)
+        if isinstance(s, A.CreateTable):
+            return self._create_relation(s.name, s.columns, None, True, s.pos)
+        if isinstance(s, A.CreateSummary):
+            return self._create_summary(s)
+        if isinstance(s, A.Drop):
+            return self._drop(s)
+        if isinstance(s, A.Explain):
+            return explain_plan(self._plan_physical(s.query, explain=True))
+        if isinstance(s, A.Query):
+            return self._register(s, sql)
+        raise SketchQLSemanticError(f"unsupported statement {type(s).__name__}")  # pragma: no cover
+
+    def _create_relation(self, name, coldefs, ts, is_table, pos):
+        cols = {}
+        for cd in coldefs:
+            if cd.name.lower() in (c.lower() for c in cols):
+                raise SketchQLSemanticError(f"column {cd.name!r} declared twice", *cd.pos, token=cd.name)
+            cols[cd.name] = type_kind(cd.type, cd.pos)
+        if not is_table:
+            if ts is None:
+                ts = next((c for c in cols if c.lower() == "ts"), "ts")
+            canon = next((c for c in cols if c.lower() == ts.lower()), None)
+            if canon is None:
+                cols[ts] = "float"
+            else:
+                if cols[canon] not in ("int", "float"):
+                    raise SketchQLSemanticError(
+                        f"TIMESTAMP column {canon!r} must be numeric (seconds), it is {cols[canon]}", *pos,
+                        token=canon)
+                cols[canon] = "float"
+                ts = canon
+        schema = Schema(name, cols, ts, is_table)
+        self.catalog.add_stream(schema, pos)
+        if is_table:
+            self._tables[name.lower()] = Batch({c: np.empty(0, dtype=numpy_dtype(k)) for c, k in cols.items()},
+                                              ts=np.empty(0))
+        else:
+            self._streams[name.lower()] = StreamHandle(schema, self.seed)
+        return None
+
+    def _create_summary(self, s: A.CreateSummary):
+        rel = self.catalog.get(s.stream)
+        if rel is None or rel.is_table:
+            raise SketchQLSemanticError(f"unknown stream {s.stream!r} in CREATE SUMMARY", *s.pos, token=s.stream)
+        attrs = []
+        for a in s.attrs:
+            c = rel.column(a)
+            if c is None:
+                raise SketchQLSemanticError(f"unknown column {a!r} of {rel.name} in CREATE SUMMARY", *s.pos, token=a)
+            attrs.append(c)
+        if not s.granularity > 0:
+            raise SketchQLSemanticError(f"GRANULARITY must be positive, got {s.granularity:g}", *s.pos)
+        if not (float(s.rate).is_integer() and s.rate >= 2):
+            raise SketchQLSemanticError(f"COLLAPSE rate must be an integer >= 2, got {s.rate:g}", *s.pos)
+        if not (float(s.depth).is_integer() and 1 <= s.depth <= 32):
+            raise SketchQLSemanticError(f"COLLAPSE depth must be an integer in 1..32, got {s.depth:g}", *s.pos)
+        decl = SummaryDecl(s.name, rel.name, attrs, s.granularity, int(s.rate), int(s.depth))
+        decl.index = _build_indexes(decl)
+        self.catalog.add_summary(decl, s.pos)
+        return None
+
+    def _drop(self, s: A.Drop):
+        if s.kind == "query":
+            try:
+                qid = int(s.name.lstrip("qQ"))
+            except ValueError:
+                raise SketchQLSemanticError(f"queries are dropped by id (DROP QUERY q3), got {s.name!r}",
+                                            *s.pos) from None
+            if qid not in self._queries:
+                if s.if_exists:
+                    return None
+                raise SketchQLSemanticError(f"unknown query {s.name!r}", *s.pos)
+            self._queries.pop(qid)
+            return None
+        if s.kind in ("stream", "table"):
+            users = [q.id for q in self._queries.values()
+                     if any(src.schema.name.lower() == s.name.lower() for src in q.bound.sources)]
+            if users:
+                raise SketchQLSemanticError(f"cannot drop {s.kind} {s.name!r}: queries {users} read it", *s.pos)
+        dropped = self.catalog.drop(s.kind, s.name, s.if_exists, s.pos)
+        if dropped is not None and s.kind in ("stream", "table"):
+            (self._tables if s.kind == "table" else self._streams).pop(s.name.lower(), None)
+        return None
+
+    # -- queries --------------------------------------------------------------
+    def _stats_for(self, name: str) -> StreamStats:
+        h = self._streams.get(name.lower())
+        return h.planner_stats() if h is not None else StreamStats()
+
+    def _plan(self, q: A.Query) -> Plan:
+        bq = analyze(q, self.catalog)
+        return plan_query(bq, self._stats_for)
+
+    def _plan_physical(self, q: A.Query, explain: bool = False) -> Plan:
+        """The plan with the promising-tuple operators substituted (what ``register`` runs).
+
+        For EXPLAIN a WITH PREFERENCE query that cannot be mapped shows the exact plan and why.
+        """
+        plan = self._plan(q)
+        if plan.engine != "promising":
+            return plan
+        if not explain:
+            return self._promising(plan)
+        try:
+            return self._promising(plan)
+        except SketchQLSemanticError as e:
+            plan.engine_reason += f"; cannot run it: {e.args[0] if e.args else e}"
+            return plan
+
+    def explain(self, sql: str) -> str:
+        """The plan of a query (``EXPLAIN`` prefix optional) as text."""
+        s = parse(sql)
+        if len(s) != 1 or not isinstance(s[0], (A.Query, A.Explain)):
+            raise SketchQLSemanticError("explain() takes one SELECT query")
+        q = s[0].query if isinstance(s[0], A.Explain) else s[0]
+        return explain_plan(self._plan_physical(q, explain=True))
+
+    def register(self, sql: str) -> Query:
+        """Register a continuous query once; it is fed by every later ``push``."""
+        s = parse(sql)
+        if len(s) != 1 or not isinstance(s[0], A.Query):
+            raise SketchQLSemanticError("register() takes exactly one SELECT query")
+        return self._register(s[0], sql)
+
+    def _register(self, q: A.Query, sql: str) -> Query:
+        plan = self._plan_physical(q)
+        instantiate(plan.root, plan.bound, self._tables)
+        qid = next(self._ids)
+        query = Query(qid, sql, plan, self.seed)
+        self._queries[qid] = query
+        # a query over streams that already have a clock starts there (no past data is replayed)
+        clocks = [self._streams[s.schema.name.lower()].clock for s in plan.bound.streams]
+        if clocks and all(np.isfinite(c) for c in clocks):
+            query._advance(min(clocks))
+        return query
+
+    def _promising(self, plan: Plan) -> Plan:
+        """Map a ``WITH PREFERENCE`` plan onto the promising-tuple operators.
+
+        Two-stream equi-joins become a PTJoin node (``sketchql.planner.promising_plan``:
+        window, preference, fade, budget per tuple from WITHIN / the ``budget`` knob, default
+        :data:`~sketchql.planner.promising_plan.DEFAULT_BUDGET_UNITS`; ``WITHIN n MS`` is
+        converted with ``sketchql.approx.BENCH_UNITS_PER_SECOND``); any other shape raises
+        :class:`SketchQLSemanticError` asking for EXACT.
+        """
+        if not promising_available():
+            raise SketchQLSemanticError(
+                "this query asks for WITH PREFERENCE evaluation, but the promising-tuple operators "
+                "are not available yet (sketchql.operators.promising); add EXACT to evaluate it exactly",
+                *plan.bound.query.pos)
+        from ..approx import BENCH_UNITS_PER_SECOND
+        from ..planner.promising_plan import promising_plan
+        if len(plan.bound.streams) == 1 and not plan.bound.tables:
+            from ..planner.promising_single import promising_single_plan
+            mapped = promising_single_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
+            if mapped is not None:
+                return mapped
+            from ..planner.promising_single import SINGLE_UNSUPPORTED
+            raise SketchQLSemanticError(SINGLE_UNSUPPORTED, *plan.bound.query.pos)
+        return promising_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
+
+    def deregister(self, query: Query):
+        self._queries.pop(query.id, None)
+
+    @property
+    def queries(self) -> list:
+        return list(self._queries.values())
+
+    # -- data -----------------------------------------------------------------
+    def stream(self, name: str) -> StreamHandle:
+        h = self._streams.get(name.lower())
+        if h is None:
+            raise SketchQLSemanticError(f"unknown stream {name!r} (streams: {[s.name for s in self._streams.values()]})")
+        return h
+
+    def push(self, name: str, batch) -> None:
+        """Append a batch to a stream (or a table); validates it fully before accepting anything."""
+        key = str(name).lower()
+        if key in self._tables:
+            schema = self.catalog.get(name)
+            b = _validate(schema, batch, -np.inf, 0.0)
+            self._tables[key] = Batch.concat([self._tables[key], b]) if len(self._tables[key]) else b
+            for q in self._queries.values():
+                for n in q.plan.nodes:
+                    if n.kind == "static_join" and n.params["table"].lower() == key:
+                        from ..planner.plan import _filtered_table
+                        n.op.set_table(_filtered_table(self._tables[key], q.bound.sources[n.source],
+                                                       n.params["pushed"]))
+            return
+        h = self._streams.get(key)
+        if h is None:
+            raise SketchQLSemanticError(
+                f"unknown stream or table {name!r} (streams: {[s.name for s in self._streams.values()]}, "
+                f"tables: {[t.name for t in self.catalog.tables]})")
+        try:
+            b = _validate(h.schema, batch, h.clock, h._knobs["allowed_lateness"])
+        except SketchQLError:
+            h.rejected_batches += 1
+            raise
+        h.batches += 1
+        h.tuples_in += len(b)
+        h._observe(b)
+        if h._knobs["sample_rate"] < 1.0 and len(b):
+            b = b.take(h._rng.random(len(b)) < h._knobs["sample_rate"])
+        first_row = h.tuples_kept
+        h.tuples_kept += len(b)
+        for decl in self.catalog.summaries_on(h.name):
+            _feed_indexes(decl, b, first_row)
+        if len(b):
+            h.clock = max(h.clock, float(b.ts[-1]))
+        self._dispatch(h, b)
+
+    def heartbeat(self, name: str, ts: float) -> None:
+        """No tuple of ``name`` older than ``ts`` will come: advance time, report expirations."""
+        h = self.stream(name)
+        ts = float(ts)
+        if not np.isfinite(ts):
+            raise SketchQLError(f"heartbeat of stream {h.name}: time must be finite, got {ts}")
+        h.heartbeats += 1
+        if ts > h.clock:
+            h.clock = ts
+            for decl in self.catalog.summaries_on(h.name):
+                _advance_indexes(decl, ts)
+        self._dispatch(h, None)
+
+    def _dispatch(self, h: StreamHandle, b: Optional[Batch]):
+        for q in self._queries.values():
+            if not q.active:
+                continue
+            srcs = [s for s in q.bound.streams if s.schema.name.lower() == h.name.lower()]
+            if not srcs:
+                continue
+            if b is not None:
+                for s in srcs:
+                    q._offer(s.index, b)
+            clocks = [self._streams[s.schema.name.lower()].clock for s in q.bound.streams]
+            target = min(clocks)
+            if np.isfinite(target):
+                q._advance(target)
+
+    # -- control table --------------------------------------------------------------
+    #: the engine's knobs (see :mod:`sketchql.control`)
+    KNOB_SPECS = {
+        "memory_bytes": Knob("memory_bytes", None, "int", lo=1, nullable=True,
+                             doc="memory budget of all synopses, windows and queues; null = unlimited",
+                             effect={"memory": 1, "cpu": 0, "precision": 1}),
+        "cpu_units_per_s": Knob("cpu_units_per_s", None, "float", lo=0.0, lo_open=True, nullable=True,
+                                doc="CPU budget in work units (index probes) per second of data time; "
+                                    "null = unlimited",
+                                effect={"memory": 0, "cpu": 1, "precision": 1}),
+    }
+
+    def control_table(self) -> ControlTable:
+        st = {"streams": len(self._streams), "tables": len(self._tables), "queries": len(self._queries),
+              "summaries": len(self.catalog.summaries), "seed": self.seed}
+        knobs = {n: Knob(**{**spec.__dict__, "value": self.budgets.get(n)}) for n, spec in self.KNOB_SPECS.items()}
+        return ControlTable("engine", "engine", st, knobs)
+
+    def set_control(self, name: str, value):
+        if name not in self.KNOB_SPECS:
+            raise ControlError(f"engine has no knob {name!r} (knobs: {', '.join(sorted(self.KNOB_SPECS))})")
+        self.budgets[name] = value
+
+    # -- introspection -----------------------------------------------------------
+    def stats(self) -> dict:
+        return {"streams": {h.name: h.stats() for h in self._streams.values()},
+                "tables": {t.name: len(self._tables[t.name.lower()]) for t in self.catalog.tables},
+                "summaries": [{"name": d.name, "stream": d.stream, "attrs": d.attrs,
+                               "index": type(d.index).__name__ if d.index is not None else None}
+                              for d in self.catalog.summaries],
+                "queries": {q.id: q.stats() for q in self._queries.values()}}

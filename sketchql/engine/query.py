@@ -1,0 +1,378 @@
+"""A registered continuous query: feeding, result history, reading, knobs."""
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+import numpy as np
+
+from ..control import ControlTable, Knob
+from ..errors import SketchQLError
+from ..operators.changes import Batch, Changes, dstream, istream, snapshot
+from ..planner.explain import explain_plan
+from ..planner.plan import Plan, PlanNode
+from .errors import HistoryUnavailable
+from .relation import _Relation, _row_keys
+
+
+class PollResult(list):
+    """The change batches returned by :meth:`Query.poll` (a list), plus ``missed``: rows of the
+    query's view that left the retained change log before this consumer read them."""
+
+    missed: int = 0
+
+
+# ---------------------------------------------------------------------- queries
+class Query:
+    """A registered continuous query: fed by the engine, read with ``results()`` / iteration.
+
+    ``plan`` is the :class:`~sketchql.planner.plan.Plan`; ``operators()`` the
+    plan nodes (each with ``stats()`` and ``knobs()``/``set_knob``).
+
+    Memory is bounded by the window state, not by the history.  The query keeps
+
+    * the *live relation* R(clock) = Σ of every change, maintained per step as a
+      multiset of rows (value key -> count, see :class:`_Relation`);
+    * a retained change log: the newest ``retain_changes`` rows (knob, default
+      100 000; ``None`` = unbounded) that are also no older than
+      ``clock − retain_seconds`` (knob, default ``None`` = no time bound);
+    * a checkpoint R_base = Σ of the evicted changes, and ``t_base`` = the latest
+      ``at`` among them.
+
+    ``snapshot(t)`` is exact for every t ≥ t_base: R(clock) for t ≥ the latest
+    change, else R_base + Σ{retained changes with at ≤ t}; an older t raises
+    :class:`HistoryUnavailable` (it names t_base).  ``changes()`` / ``results()``
+    cover the retained log; ``poll()`` returns every change exactly once unless
+    rows were evicted before it read them, which it reports in ``missed``.
+
+    >>> from sketchql.engine import Engine
+    >>> eng = Engine()
+    >>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
+    >>> q = eng.register("SELECT v FROM S [RANGE 5]")
+    >>> q.set_knob("retain_changes", 2)
+    >>> eng.push("S", {"ts": [1.0, 2.0, 3.0], "v": [1.0, 2.0, 3.0]})
+    >>> len(q.changes()), q.snapshot()["v"].tolist(), q.snapshot(2.0)["v"].tolist()
+    (2, [1.0, 2.0, 3.0], [1.0, 2.0])
+    >>> [len(b) for b in q.poll()], q.missed
+    ([2], 1)
+    """
+
+    def __init__(self, qid: int, sql: str, plan: Plan, seed: int):
+        self.id = qid
+        self.sql = sql
+        self.plan = plan
+        self.bound = plan.bound
+        self.clock = -np.inf
+        self.names = plan.output_names
+        self._log: deque = deque()       # (first seq, Changes, row keys), oldest first
+        self._total = 0                  # change rows ever produced (= next seq)
+        self._first = 0                  # seq of the oldest retained row
+        self._consumed = 0               # poll cursor (a seq, always >= _first)
+        self._unreported = 0             # view rows the poll cursor lost, not reported yet
+        self.missed = 0                  # view rows poll() lost in total (fell behind the retention)
+        self._cache = None
+        self._live = _Relation(self.names)     # R(clock): every change applied
+        self._base = _Relation(self.names)     # R_base: the evicted changes applied
+        self._base_at = -np.inf                # latest `at` among the evicted changes
+        self._last_at = -np.inf                # latest `at` of any change
+        self.retain_changes: Optional[int] = 100_000
+        self.retain_seconds: Optional[float] = None
+        self._pending: dict[int, list] = {s.index: [] for s in self.bound.streams}
+        self._rngs = {s.index: np.random.default_rng([seed, qid, s.index]) for s in self.bound.streams}
+        self._scan = {n.source: n for n in plan.root.walk() if n.kind == "scan"}
+        self.steps = 0
+        self.active = True
+        self.weight = 1.0                # the allocator's weight (0: leftovers only)
+
+    # -- feeding ------------------------------------------------------------
+    def _offer(self, src_index: int, b: Batch):
+        if len(b):
+            self._pending[src_index].append(b)
+
+    def _advance(self, now: float):
+        """Step the whole plan to ``now`` with the buffered tuples of ts <= now."""
+        if now < self.clock:
+            return
+        inputs = {}
+        has_input = False
+        for i, parts in self._pending.items():
+            if not parts:
+                inputs[i] = None
+                continue
+            b = Batch.concat(parts) if len(parts) > 1 else parts[0]
+            k = int(np.searchsorted(b.ts, now, side="right"))
+            take, rest = b.take(slice(0, k)), b.take(slice(k, None))
+            self._pending[i] = [rest] if len(rest) else []
+            inputs[i] = self._prepare(i, take) if len(take) else None
+            has_input = has_input or len(take) > 0
+        if now == self.clock and not has_input:
+            return
+        out = self._run(self.plan.root, now, inputs)
+        self.clock = now
+        self.steps += 1
+        if out is not None and len(out):
+            self._record(out)
+        self._trim()
+
+    # -- result history -------------------------------------------------------
+    def _record(self, out: Changes):
+        keys = _row_keys(out.rows, self.names)
+        self._live.apply(out, keys)
+        self._log.append((self._total, out, keys))
+        self._total += len(out)
+        self._last_at = max(self._last_at, float(out.at.max()))
+
+    def _trim(self):
+        """Evict the oldest changes beyond ``retain_changes`` rows / older than ``retain_seconds``."""
+        excess = 0
+        if self.retain_changes is not None:
+            excess = self._total - self._first - self.retain_changes
+        if self.retain_seconds is not None and np.isfinite(self.clock) and self._log:
+            horizon = self.clock - self.retain_seconds
+            old = 0
+            for _, ch, _ in self._log:
+                k = int(np.searchsorted(ch.at, horizon, side="left"))
+                old += k
+                if k < len(ch):
+                    break
+            excess = max(excess, old)
+        if excess > 0:
+            self._evict(excess)
+
+    def _evict(self, n: int):
+        view = self.view
+        while n > 0 and self._log:
+            first, ch, keys = self._log[0]
+            if len(ch) <= n:
+                part, pkeys = ch, keys
+                self._log.popleft()
+            else:
+                part, pkeys = ch.take(slice(0, n)), keys[:n]
+                self._log[0] = (first + n, ch.take(slice(n, None)), keys[n:])
+            m = len(part)
+            self._base.apply(part, pkeys)
+            self._base_at = max(self._base_at, float(part.at.max()))
+            end = first + m
+            if self._consumed < end:
+                lost = part.sign[self._consumed - first:]
+                self._unreported += (int((lost > 0).sum()) if view == "istream" else
+                                     int((lost < 0).sum()) if view == "dstream" else len(lost))
+                self._consumed = end
+            self._first = end
+            n -= m
+        self._cache = None
+
+    @property
+    def snapshot_from(self) -> float:
+        """The oldest time t for which ``snapshot(t)`` is still exact (−inf: nothing was evicted)."""
+        return self._base_at
+
+    def _prepare(self, i: int, b: Batch) -> Optional[Batch]:
+        node = self._scan[i]
+        s = node.params.get("sample")
+        mask = None
+        if s is not None and s < 1.0:
+            mask = self._rngs[i].random(len(b)) < s
+        for f in node.params.get("filter_fns", []):
+            m = np.asarray(f(dict(b.columns)), dtype=bool)
+            mask = m if mask is None else (mask & m)
+        if mask is not None:
+            b = b.take(mask)
+        return b if len(b) else None
+
+    def _run(self, node: PlanNode, now: float, inputs: dict):
+        if node.kind == "scan":
+            return node.op.step(now, inputs.get(node.source))
+        outs = [self._run(c, now, inputs) for c in node.children]
+        outs = [o if (o is not None and len(o)) else None for o in outs]
+        return node.op.step(now, *outs)
+
+    # -- reading ------------------------------------------------------------
+    @property
+    def view(self) -> str:
+        """ISTREAM / DSTREAM / RSTREAM (explicit) or the CQL default."""
+        if self.bound.stream_op:
+            return self.bound.stream_op
+        return "relation" if self.bound.is_aggregate else "istream"
+
+    def changes(self) -> Changes:
+        """The retained change stream (+1/−1 rows, ``at`` = time of the change).
+
+        All changes so far unless more than ``retain_changes`` rows (or changes older than
+        ``retain_seconds``) were produced: then the newest ones (see :attr:`snapshot_from`).
+        """
+        if not self._log:
+            return Changes.empty(self.names)
+        key = (self._first, self._total)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, Changes.concat([c for _, c, _ in self._log]))
+        return self._cache[1]
+
+    def _view(self, ch: Changes) -> Changes:
+        v = self.view
+        if v == "istream":
+            return istream(ch)
+        if v == "dstream":
+            return dstream(ch)
+        return ch
+
+    def results(self):
+        """The (retained) answer in the query's view, as a DataFrame with ``__sign`` and ``__at``."""
+        df = self._view(self.changes()).to_pandas()
+        return df.drop(columns=["__rid", "__ts"], errors="ignore")
+
+    def snapshot(self, t: Optional[float] = None):
+        """The result relation at time ``t`` (default: the query clock), a DataFrame.
+
+        Exact for any t >= :attr:`snapshot_from`; an older t raises :class:`HistoryUnavailable`.
+        """
+        t = self.clock if t is None else float(t)
+        if t >= self._last_at:
+            return snapshot(self._live.as_changes(self.names), t, columns=self.names)
+        if t >= self._base_at:
+            ch = self.changes()
+            ch = ch.take(ch.at <= t)
+            return snapshot(Changes.concat([self._base.as_changes(self.names), ch]), t, columns=self.names)
+        raise HistoryUnavailable(
+            f"query {self.id}: no snapshot at t={t:g}: older changes were dropped from the retained history "
+            f"(retain_changes={self.retain_changes}, retain_seconds={self.retain_seconds}); snapshots are "
+            f"available for t >= {self._base_at:g} (up to the clock {self.clock:g}); raise the retention "
+            f"with query.set_knob to keep more history")
+
+    def poll(self) -> "PollResult":
+        """Batches of changes (in the query's view) produced since the last poll.
+
+        Every change is returned exactly once while the caller keeps up with the retention;
+        the returned list's ``missed`` (and the running total ``query.missed``) counts the
+        view rows that were evicted before they could be polled.
+        """
+        out = PollResult()
+        for first, ch, _ in self._log:
+            if first + len(ch) <= self._consumed:
+                continue
+            part = ch if first >= self._consumed else ch.take(slice(self._consumed - first, None))
+            v = self._view(part)
+            if len(v):
+                out.append(v)
+        self._consumed = self._total
+        out.missed = self._unreported
+        self.missed += self._unreported
+        self._unreported = 0
+        return out
+
+    def __iter__(self):
+        return iter(self.poll())
+
+    # -- introspection ------------------------------------------------------
+    def operators(self) -> list:
+        return self.plan.nodes
+
+    def stats(self) -> dict:
+        return {"query": self.id, "clock": self.clock, "engine": self.plan.engine, "steps": self.steps,
+                "changes_out": self._total,
+                "retained_changes": self._total - self._first,
+                "live_rows": self._live.live_rows,
+                "checkpoint_rows": self._base.live_rows,
+                "snapshot_from": float(self._base_at) if np.isfinite(self._base_at) else None,
+                "poll_missed": self.missed,
+                "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b in parts)),
+                "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
+                "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs(),
+                **({"promising": pt[0].op.stats()} if (pt := [n for n in self.plan.nodes
+                                                              if n.kind == "pt_join"]) else {})}
+
+    def knobs(self) -> dict:
+        ct = self.bound.contract
+        return {"active": self.active, "weight": self.weight, "budget": ct.budget, "budget_unit": ct.budget_unit,
+                "on_miss": ct.on_miss, "error": ct.error, "confidence": ct.confidence,
+                "retain_changes": self.retain_changes, "retain_seconds": self.retain_seconds}
+
+    def set_knob(self, name: str, value):
+        ct = self.bound.contract
+        if name == "active":
+            self.active = bool(value)
+        elif name == "weight":
+            v = float(value)
+            if not (v >= 0 and np.isfinite(v)):
+                raise SketchQLError(f"query {self.id}: weight must be a finite number >= 0, got {value!r}")
+            self.weight = v
+        elif name == "budget":
+            if value is not None and not float(value) > 0:
+                raise SketchQLError(f"query {self.id}: budget must be positive, got {value}")
+            ct.budget = None if value is None else float(value)
+            ct.budget_unit = ct.budget_unit or "probes"
+        elif name == "on_miss":
+            if value not in ("return", "exact", "fail", None):
+                raise SketchQLError(f"query {self.id}: on_miss must be return, exact or fail, got {value!r}")
+            ct.on_miss = value
+        elif name in ("error", "confidence"):
+            if value is not None and not 0 < float(value) < 1:
+                raise SketchQLError(f"query {self.id}: {name} must be in (0, 1), got {value}")
+            setattr(ct, name, None if value is None else float(value))
+        elif name == "retain_changes":
+            v = None if value is None else float(value)
+            if v is not None and not (v >= 0 and (v == np.inf or v.is_integer())):
+                raise SketchQLError(f"query {self.id}: retain_changes must be a whole number >= 0 "
+                                    f"(or None: unbounded), got {value!r}")
+            self.retain_changes = None if v is None or v == np.inf else int(v)
+            self._trim()
+        elif name == "retain_seconds":
+            v = None if value is None else float(value)
+            if v is not None and not v >= 0:
+                raise SketchQLError(f"query {self.id}: retain_seconds must be >= 0 (or None: no time bound), "
+                                    f"got {value!r}")
+            self.retain_seconds = None if v is None or v == np.inf else v
+            self._trim()
+        else:
+            raise SketchQLError(f"query {self.id} has no knob {name!r} (knobs: {sorted(self.knobs())})")
+
+    #: the query's knobs: domain, documentation and effect (see :mod:`sketchql.control`)
+    KNOB_SPECS = {
+        "active": Knob("active", True, "bool", doc="an inactive query is not fed (its weight counts as 0)",
+                       effect={"memory": 0, "cpu": 1, "precision": 1}),
+        "weight": Knob("weight", 1.0, "float", lo=0.0,
+                       doc="importance for the allocator: precision is maximized weighted by it",
+                       effect={"memory": 1, "cpu": 1, "precision": 1}),
+        "budget": Knob("budget", None, "float", lo=0.0, lo_open=True, nullable=True,
+                       doc="WITHIN: work per input tuple (unit in budget_unit); null = the default",
+                       effect={"memory": 0, "cpu": 1, "precision": 1}),
+        "budget_unit": Knob("budget_unit", None, "choice", choices=("probes", "ms"), nullable=True,
+                            doc="unit of the budget: index probes (deterministic) or wall-clock ms per tuple",
+                            effect={}, settable=False),
+        "on_miss": Knob("on_miss", None, "choice", choices=("return", "exact", "fail"), nullable=True,
+                        doc="what to do when the error contract is missed: flag, recompute exactly, refuse",
+                        effect={}),
+        "error": Knob("error", None, "float", lo=0.0, hi=1.0, lo_open=True, hi_open=True, nullable=True,
+                      doc="WITH ERROR: relative error bound of the answers; null = exact",
+                      effect={"memory": -1, "cpu": -1, "precision": -1}),
+        "confidence": Knob("confidence", None, "float", lo=0.0, hi=1.0, lo_open=True, hi_open=True,
+                           nullable=True, doc="CONFIDENCE of the error bound",
+                           effect={"memory": 1, "cpu": 1, "precision": 1}),
+        "retain_changes": Knob("retain_changes", 100_000, "int", lo=0, nullable=True,
+                               doc="newest result changes kept for snapshots and polls; null = unbounded",
+                               effect={"memory": 1, "cpu": 0, "precision": 0}),
+        "retain_seconds": Knob("retain_seconds", None, "float", lo=0.0, nullable=True,
+                               doc="data-time seconds of result changes kept; null = no time bound",
+                               effect={"memory": 1, "cpu": 0, "precision": 0}),
+    }
+
+    def control_table(self) -> ControlTable:
+        st = self.stats()
+        st.pop("knobs", None)
+        st.pop("operators", None)        # each operator has its own table
+        st["sql"] = self.sql
+        st["view"] = self.view
+        knobs = {}
+        for n, v in self.knobs().items():
+            spec = self.KNOB_SPECS.get(n)
+            knobs[n] = Knob(**{**spec.__dict__, "value": v}) if spec is not None else Knob(n, v, "str", settable=False)
+        return ControlTable("query", f"q{self.id}", st, knobs)
+
+    def set_control(self, name: str, value):
+        self.set_knob(name, value)
+
+    def explain(self) -> str:
+        return explain_plan(self.plan)
+
+    def __repr__(self):
+        return f"Query(id={self.id}, clock={self.clock}, view={self.view}, sql={self.sql!r})"

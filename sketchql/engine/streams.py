@@ -1,0 +1,86 @@
+"""Stream handles: a declared stream's clock, counters, planner statistics and knobs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..control import ControlError, ControlTable, Knob
+from ..operators.changes import Batch
+from ..planner.catalog import Schema
+from ..planner.plan import StreamStats
+
+
+class StreamHandle:
+    """A declared stream: its clock, counters, statistics for the planner and knobs.
+
+    Knobs (``knobs()`` / ``set_knob``): ``sample_rate`` (Bernoulli sampling
+    of every pushed batch, seeded; 1.0 = keep all) and ``allowed_lateness``
+    (seconds a tuple may be older than the clock; 0).
+    """
+
+    def __init__(self, schema: Schema, seed: int = 0):
+        self.schema = schema
+        self.clock = -np.inf
+        self.first_ts = None
+        self.tuples_in = 0
+        self.tuples_kept = 0
+        self.batches = 0
+        self.rejected_batches = 0
+        self.heartbeats = 0
+        self._knobs = {"sample_rate": 1.0, "allowed_lateness": 0.0}
+        self._rng = np.random.default_rng(seed)
+        self._distinct_sample: dict = {}
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    #: the stream's knobs: domain, documentation and effect (see :mod:`sketchql.control`)
+    KNOB_SPECS = {
+        "sample_rate": Knob("sample_rate", 1.0, "float", lo=0.0, hi=1.0, lo_open=True,
+                            doc="Bernoulli sampling of every pushed batch before any index or query sees it "
+                                "(seeded); 1 keeps all",
+                            effect={"memory": 1, "cpu": 1, "precision": 1}),
+        "allowed_lateness": Knob("allowed_lateness", 0.0, "float", lo=0.0,
+                                 doc="seconds a tuple may be older than the stream clock and still be accepted",
+                                 effect={"memory": 0, "cpu": 0, "precision": 1}),
+    }
+
+    def knobs(self) -> dict:
+        return dict(self._knobs)
+
+    def set_knob(self, name: str, value):
+        spec = self.KNOB_SPECS.get(name)
+        if spec is None or name not in self._knobs:
+            raise ControlError(f"stream {self.name} has no knob {name!r} (knobs: {sorted(self._knobs)})")
+        self._knobs[name] = spec.coerce(value, where=f"stream {self.name}")
+
+    def control_table(self) -> ControlTable:
+        st = self.stats()
+        st.pop("knobs", None)
+        knobs = {n: Knob(**{**self.KNOB_SPECS[n].__dict__, "value": v}) for n, v in self._knobs.items()}
+        return ControlTable("stream", self.name, st, knobs)
+
+    def set_control(self, name: str, value):
+        self.set_knob(name, value)
+
+    def planner_stats(self) -> StreamStats:
+        rate = 1.0
+        if self.first_ts is not None and np.isfinite(self.clock) and self.clock > self.first_ts:
+            rate = self.tuples_in / (self.clock - self.first_ts)
+        return StreamStats(rate, {c: float(len(v)) for c, v in self._distinct_sample.items()})
+
+    def _observe(self, b: Batch):
+        if len(b):
+            if self.first_ts is None:
+                self.first_ts = float(b.ts[0])
+            for c, v in b.columns.items():
+                s = self._distinct_sample.setdefault(c, set())
+                if len(s) < 10_000:
+                    s.update(v[:2_000].tolist())
+
+    def stats(self) -> dict:
+        st = self.planner_stats()
+        return {"stream": self.name, "clock": self.clock, "tuples_in": self.tuples_in,
+                "tuples_kept": self.tuples_kept, "batches": self.batches,
+                "rejected_batches": self.rejected_batches, "heartbeats": self.heartbeats,
+                "rate_per_s": st.rate, "knobs": self.knobs()}
