@@ -88,6 +88,16 @@ Operators
     max(0, n_S − m_R) copies of each value, emitting negative tuples when that
     count falls (W7).
 
+``SetOp(kind, all, columns, right_columns=None)``  UNION / EXCEPT / INTERSECT
+    [ALL] by per-value counts n (left), m (right): EXCEPT ALL max(0, n − m),
+    INTERSECT ALL min(n, m), the set forms 0/1; negative tuples only for
+    EXCEPT when a right arrival removes results.  ``UnionAll(columns,
+    right_columns=None)`` merges two change streams.
+``SemiJoin(on, anti=False, null_aware=False)``  IN / EXISTS (semi) and NOT
+    EXISTS / NOT IN (anti; ``null_aware`` gives SQL NOT IN's NULL rules): a
+    left row leaves by a negative tuple when a matching right row arrives and
+    comes back once when the last one leaves.
+
 ``Chain(*ops)``  a linear pipeline of single-input operators with the same
 ``push`` / ``advance`` / ``step`` / ``stats``.
 
@@ -110,11 +120,13 @@ from .join import MJoin, StaticJoin, SymmetricHashJoin
 from .aggregate import AggSpec, Aggregate
 from .distinct import Distinct
 from .minus import MinusAll
+from .setops import SetOp, UnionAll
+from .semijoin import SemiJoin
 
 __all__ = [
     "Batch", "Changes", "as_batch", "snapshot", "rstream", "istream", "dstream",
     "Operator", "WKS", "WK", "STR",
     "WindowSpec", "WindowScan", "Select", "Project", "Chain",
     "SymmetricHashJoin", "MJoin", "StaticJoin",
-    "AggSpec", "Aggregate", "Distinct", "MinusAll",
+    "AggSpec", "Aggregate", "Distinct", "MinusAll", "SetOp", "UnionAll", "SemiJoin",
 ]

@@ -77,3 +77,110 @@ def expand_matches(probe_codes: np.ndarray, build_codes_sorted: np.ndarray):
     offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     bi = np.repeat(lo, cnt) + offs
     return pi, bi
+
+
+_NULL_FP = np.int64(-0x61C8864680B583EB)     # the fingerprint every NULL / NaN key gets
+
+
+def fingerprints(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(fp, null): a deterministic int64 fingerprint per row of the key ``arrays`` and a NULL mask.
+
+    Numbers (int, float, bool) are read as float64 (so 1 and 1.0 are the same key; -0.0 = 0.0)
+    and fingerprinted by their bits; strings/objects by pandas' seeded ``hash_array``.  Several
+    columns are chained with SplitMix64 (:func:`~sketchql.operators.changes.mix_rids`).  ``null``
+    is True where any key column is NULL/NaN: such a key never equals anything in a join or a
+    semi-join (SQL), while grouping and set operations may still treat NULLs as one value (the
+    fingerprint of a NULL column is a fixed constant).  Two different keys collide with chance
+    ~n²/2^64.
+
+    >>> fp, null = fingerprints([np.array([1, 2, 1])])
+    >>> bool(fp[0] == fp[2]), bool(fp[0] == fp[1]), null.tolist()
+    (True, False, [False, False, False])
+    """
+    from ..changes import mix_rids
+    n = len(arrays[0])
+    null = np.zeros(n, bool)
+    hs = []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind in "iufb":
+            f = a.astype(np.float64) + 0.0
+            nn = np.isnan(f)
+            h = f.view(np.int64).copy()
+            if nn.any():
+                h[nn] = _NULL_FP
+                null |= nn
+        else:
+            o = a.astype(object)
+            nn = pd.isna(o)
+            if nn.any():
+                o = o.copy()
+                o[nn] = None
+                null |= nn
+            h = pd.util.hash_array(o).view(np.int64)
+            if nn.any():
+                h[nn] = _NULL_FP
+        hs.append(h)
+    fp = hs[0] if len(hs) == 1 else mix_rids(*hs)
+    return fp, null
+
+
+class KeyDict:
+    """Dense int64 codes for key fingerprints, kept across steps (no rebuild per step).
+
+    ``codes(fp)`` returns one code per fingerprint, giving new fingerprints the next free codes
+    (in order of first appearance).  The known fingerprints are a sorted array searched with
+    ``searchsorted``; new ones are merged in (one linear merge per step that brings new keys).
+
+    >>> d = KeyDict()
+    >>> d.codes(np.array([7, 3, 7])).tolist(), d.codes(np.array([3, 9])).tolist(), len(d)
+    ([0, 1, 0], [1, 2], 3)
+    """
+
+    def __init__(self):
+        self._fp = np.empty(0, np.int64)       # sorted fingerprints
+        self._code = np.empty(0, np.int64)     # code of each sorted fingerprint
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def lookup(self, fp: np.ndarray) -> np.ndarray:
+        """Codes of known fingerprints, −1 for unknown ones."""
+        fp = np.asarray(fp, np.int64)
+        if not len(self._fp):
+            return np.full(len(fp), -1, np.int64)
+        pos = np.searchsorted(self._fp, fp)
+        posc = np.minimum(pos, len(self._fp) - 1)
+        hit = self._fp[posc] == fp
+        return np.where(hit, self._code[posc], -1)
+
+    def codes(self, fp: np.ndarray) -> np.ndarray:
+        fp = np.asarray(fp, np.int64)
+        c = self.lookup(fp)
+        unk = c < 0
+        if unk.any():
+            u, first = np.unique(fp[unk], return_index=True)
+            order = np.argsort(first, kind="stable")           # codes in order of first appearance
+            newcodes = np.empty(len(u), np.int64)
+            newcodes[order] = np.arange(self._n, self._n + len(u))
+            self._n += len(u)
+            allfp = np.concatenate([self._fp, u])
+            allc = np.concatenate([self._code, newcodes])
+            o = np.argsort(allfp, kind="stable")
+            self._fp, self._code = allfp[o], allc[o]
+            c = self.lookup(fp)
+        return c
+
+    def compact(self, keep: np.ndarray) -> np.ndarray:
+        """Forget the codes where ``keep`` is False; renumber the rest densely (order kept).
+
+        Returns the old-code -> new-code map (−1 for forgotten codes).
+        """
+        keep = np.asarray(keep, bool)
+        remap = np.full(self._n, -1, np.int64)
+        remap[keep] = np.arange(int(keep.sum()))
+        m = remap[self._code] >= 0
+        self._fp, self._code = self._fp[m], remap[self._code[m]]
+        self._n = int(keep.sum())
+        return remap
