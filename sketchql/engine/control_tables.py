@@ -98,13 +98,18 @@ class _Adapted:
 
 
 def _queues_of(op) -> dict:
-    """The priority queues an operator holds (``queues()`` if it says, else its ``queue``)."""
-    if op is None:
-        return {}
-    if hasattr(op, "queues"):
-        return dict(op.queues())
-    q = getattr(op, "queue", None)
-    return {"queue": q} if q is not None and hasattr(q, "__len__") else {}
+    """The priority queues an operator holds (``queues()`` if it says, else its ``queue``; an
+    adapter node is looked through to the operator it wraps, its ``op``)."""
+    for _ in range(3):
+        if op is None:
+            return {}
+        if hasattr(op, "queues"):
+            return dict(op.queues())
+        q = getattr(op, "queue", None)
+        if q is not None and hasattr(q, "__len__"):
+            return {"queue": q}
+        op = getattr(op, "op", None)
+    return {}
 
 
 class _QueueStats:
