@@ -179,6 +179,19 @@ def compile_expr(e: A.Expr, colname: Callable[[A.Column], str]) -> Callable[[dic
     if isinstance(e, A.FuncCall):
         fs = [compile_expr(x, colname) for x in e.args]
         name = e.name
+        if name == "coalesce":
+            def coalesce(cols):
+                out = np.asarray(fs[0](cols))
+                for f in fs[1:]:
+                    miss = pd.isna(pd.Series(out)).to_numpy(dtype=bool)
+                    if not miss.any():
+                        break
+                    nxt = np.asarray(f(cols))
+                    if out.dtype.kind != "O" and nxt.dtype.kind == "O":
+                        out = out.astype(object)
+                    out = np.where(miss, nxt, out)
+                return out
+            return coalesce
         if name in _FUNCS:
             fn = _FUNCS[name]
 

@@ -100,11 +100,31 @@ def order_cost(streams, order, allowed=None) -> float:
     return float(sum(eager_costs(streams, order, allowed)))
 
 
-def all_orders(streams, allowed=None) -> list:
-    """[(order, cost)] for every global order, cheapest first (ties: lexicographic)."""
+COST_RTOL = 1e-9        # two plan costs within this relative distance are a tie
+
+
+def all_orders(streams, allowed=None, rtol: float = COST_RTOL) -> list:
+    """[(order, cost)] for every global order, cheapest first.
+
+    Costs are compared with a relative tolerance ``rtol`` (floating-point
+    sums of the same terms in another order differ in the last bits): orders
+    whose costs lie within ``rtol`` of a run's cheapest cost tie, and ties are
+    broken lexicographically on the order -- so the choice never depends on
+    rounding noise.
+
+    >>> st = [JoinStream(1, 10, 5)] * 3
+    >>> [o for o, _ in all_orders(st)][:2]
+    [(0, 1, 2), (0, 2, 1)]
+    """
     res = [(tuple(o), order_cost(streams, o, allowed)) for o in itertools.permutations(range(len(streams)))]
-    res.sort(key=lambda t: (t[1], t[0]))
-    return res
+    res.sort(key=lambda t: t[1])
+    grouped, gid, ref = [], -1, None
+    for o, c in res:
+        if ref is None or not (c <= ref + rtol * max(abs(ref), 1e-300) or c == ref):
+            gid, ref = gid + 1, c
+        grouped.append((gid, o, c))
+    grouped.sort(key=lambda t: (t[0], t[1]))
+    return [(o, c) for _, o, c in grouped]
 
 
 def best_order(streams, allowed=None):

@@ -26,7 +26,9 @@ def _lines(n: PlanNode, prefix: str, last: bool, root: bool, out: list):
     op = type(n.op).__name__ if n.op is not None else {
         "scan": "WindowScan", "select": "Select", "project": "Project", "join":
         ("SymmetricHashJoin" if len(n.children) == 2 else "MJoin"), "static_join": "StaticJoin",
-        "aggregate": "Aggregate", "distinct": "Distinct"}.get(n.kind, n.kind)
+        "aggregate": "Aggregate", "distinct": "Distinct",
+        "setop": ("UnionAll" if n.params.get("op") == "union" and n.params.get("all") else "SetOp"),
+        "semijoin": "SemiJoin"}.get(n.kind, n.kind)
     extra = ""
     if n.kind == "distinct":
         extra = f" mode={n.params.get('mode')}"

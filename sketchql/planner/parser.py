@@ -307,6 +307,10 @@ class _ToAST(Transformer):
             return float(txt)
         except ValueError:
             pass
+        import re
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d*)?))?", txt)
+        if m:       # a time of day: seconds after the data clock's origin (deterministic)
+            return int(m.group(1)) * 3600.0 + int(m.group(2)) * 60.0 + float(m.group(3) or 0.0)
         import pandas as pd
         try:
             t = pd.Timestamp(txt)

@@ -225,8 +225,27 @@ def _closure(conds: list) -> list:
 
 # ---------------------------------------------------------------------- logical plan
 def logical_plan(bq: BoundQuery) -> tuple:
-    """Build the logical tree; returns ``(root, output_names)`` (see module docstring)."""
-    streams = bq.streams
+    """Build the logical tree; returns ``(root, output_names)`` (see module docstring).
+
+    A set operation is a ``setop`` node over its two sides' trees (output
+    names: the left side's); a subquery in FROM contributes its own tree as
+    the leaf of that FROM item; ``[NOT] IN`` / ``[NOT] EXISTS`` add a
+    ``semijoin`` node (left: the outer rows after the joins and WHERE; right:
+    the subquery's key columns) below the aggregation / projection.
+    """
+    if bq.setop is not None:
+        left, ln = logical_plan(bq.nested[0])
+        right, rn = logical_plan(bq.nested[1])
+        op, all_ = bq.setop
+        word = op.upper() + (" ALL" if all_ else "")
+        node = PlanNode("setop", f"{word} ({', '.join(ln)}) vs ({', '.join(rn)})", [left, right],
+                        params={"op": op, "all": all_, "columns": list(ln), "right_columns": list(rn)})
+        return node, list(ln)
+    return _logical_core(bq)
+
+
+def _logical_core(bq: BoundQuery) -> tuple:
+    streams = bq.local_streams
     qualified = len(bq.sources) > 1
     colname_raw = lambda c: getattr(c, "phys", None) or c.cname  # noqa: E731
 
@@ -237,6 +256,20 @@ def logical_plan(bq: BoundQuery) -> tuple:
 
     leaves = []
     for s in streams:
+        if s.derived is not None:
+            node, inner_names = logical_plan(s.derived)
+            node = PlanNode("project", f"Derived relation {s.alias} ({', '.join(inner_names)})", [node],
+                            params={"rename": {c: c for c in inner_names}}, source=None)
+            if s.post or s.pushed:
+                conj = list(s.pushed) + list(s.post)
+                node = PlanNode("select", "Select " + " AND ".join(map(str, conj)) + f" (on {s.alias})",
+                                [node], params={"pred": A.BoolOp("and", conj) if len(conj) > 1 else conj[0],
+                                                "colname": colname_raw})
+            if qualified and len(streams) == 1:
+                node = PlanNode("project", f"Rename {s.alias}.*", [node],
+                                params={"rename": {f"{s.alias}.{c}": c for c in s.schema.columns}})
+            leaves.append(node)
+            continue
         w = s.window
         label = f"WindowScan {s.schema.name} AS {s.alias} {w}"
         if s.sample is not None:
@@ -271,7 +304,7 @@ def logical_plan(bq: BoundQuery) -> tuple:
         node = leaves[0]
 
     joined = {s.index for s in streams}
-    pending = list(bq.tables)
+    pending = list(bq.local_tables)
     while pending:
         progressed = False
         for t in list(pending):
@@ -306,6 +339,15 @@ def logical_plan(bq: BoundQuery) -> tuple:
     if residual:
         pred = A.BoolOp("and", residual) if len(residual) > 1 else residual[0]
         node = PlanNode("select", f"Select {pred}", [node], params={"pred": pred, "colname": colname_q})
+
+    for k, link in enumerate(bq.sublinks):
+        inner, inner_names = logical_plan(link.inner)
+        on = [(colname_q(oc), iname) for oc, iname in zip(link.outer, inner_names)]
+        word = {("in", False): "IN", ("in", True): "NOT IN", ("exists", False): "EXISTS",
+                ("exists", True): "NOT EXISTS"}[(link.kind, link.negated)]
+        desc = ", ".join(a for a, _ in on) or "(uncorrelated: is the subquery empty?)"
+        node = PlanNode("semijoin", f"{'Anti' if link.negated else 'Semi'}Join {word} on {desc}", [node, inner],
+                        params={"on": on, "anti": link.negated, "null_aware": link.null_aware})
 
     names = [n for n, _ in bq.outputs]
     if bq.is_aggregate:
@@ -369,9 +411,11 @@ def annotate(root: PlanNode) -> PlanNode:
     if k == "scan":
         w = root.params["window"]
         root.pattern = {"unbounded": MONO, "partition": WK}.get(w.kind, WKS)
-        root.structure = {"unbounded": "append-only list (nothing expires)",
-                          "partition": "one FIFO list per partition",
-                          "rows": "FIFO ring of the last n rows"}.get(w.kind, STRUCTURE[WKS])
+        if w.kind == "unbounded" and (w.start_at is not None or w.end_at is not None):
+            root.structure = "append-only list (landmark window: nothing expires)"
+        root.structure = root.structure or {"unbounded": "append-only list (nothing expires)",
+                                            "partition": "one FIFO list per partition",
+                                            "rows": "FIFO ring of the last n rows"}.get(w.kind, STRUCTURE[WKS])
     elif k in ("select", "project"):
         root.pattern = ins[0]
         root.structure = "stateless"
@@ -394,6 +438,25 @@ def annotate(root: PlanNode) -> PlanNode:
             " + per-group value multiset for " + ", ".join(s["text"] for s in holistic) if holistic else "")
         if ins[0] == STR:
             root.structure += " (input carries negative tuples)"
+    elif k == "setop":
+        op, all_ = root.params["op"], root.params["all"]
+        worst = max(ins, key=lambda p: _RANK[p])
+        if op == "union" and all_:
+            root.pattern = worst                       # rule 2: merge-union
+            root.structure = "stateless (merge of the two inputs)"
+        elif op == "except":
+            root.pattern = STR                         # rule 5: negation
+            root.structure = "counts per value of both inputs (hash on the value); negative tuples"
+        else:
+            root.pattern = STR if STR in ins else (MONO if all(p == MONO for p in ins) else WK)
+            root.structure = "counts per value of both inputs (hash on the value)"
+    elif k == "semijoin":
+        if root.params["anti"]:
+            root.pattern = STR
+            root.structure = "left rows + right counts per key; negative tuples when a right arrival matches"
+        else:
+            root.pattern = STR if STR in ins else (MONO if all(p == MONO for p in ins) else WK)
+            root.structure = "left rows + right counts per key"
     elif k == "distinct":
         if ins[0] == MONO:
             root.pattern = MONO
@@ -506,6 +569,24 @@ def estimate(root: PlanNode, bq: BoundQuery, stats: Callable[[str], StreamStats]
             C = max(c.params.get("_N", 1.0) / groups, 1.0) if holistic else 1.0
             n.params["_N"] = groups
             n.cost = OperatorCost(rin, 2 * rin, groups, 2 * rin * C)
+        elif n.kind in ("setop", "semijoin"):
+            l, r = n.children
+            r1, r2 = l.cost.rate_out, r.cost.rate_out
+            N1, N2 = l.params.get("_N", 0.0), r.params.get("_N", 0.0)
+            op, all_ = n.params.get("op", "semijoin"), n.params.get("all", False)
+            d1, d2 = max(min(N1, DEFAULT_DISTINCT), 2.0), max(min(N2, DEFAULT_DISTINCT), 2.0)
+            if op == "union" and all_:
+                work, out, N = r1 + r2, r1 + r2, N1 + N2          # merge: Σλ
+            elif op == "intersect":
+                work, out, N = r1 * N1 + r2 * N2, min(r1, r2), min(N1, N2)   # like a join (§5.4.1)
+            elif op == "union":
+                work, out, N = 2 * r1 * np.log2(d1) + 2 * r2 * np.log2(d2), r1 + r2, N1 + N2
+            else:   # negation and semi-joins: counts binary-searched by value, 2λ1 log d1 + 2λ2 log d2
+                work, out, N = 2 * r1 * np.log2(d1) + 2 * r2 * np.log2(d2), r1, N1
+            n.params["_N"] = N
+            n.params["_T"] = max(l.params.get("_T", 0.0), r.params.get("_T", 0.0))
+            n.params["_v"] = l.params.get("_v", {})
+            n.cost = OperatorCost(r1 + r2, out, N1 + N2, float(work))
         elif n.kind == "distinct":
             c = n.children[0]
             rin = c.cost.rate_out
@@ -564,6 +645,8 @@ def instantiate(root: PlanNode, bq: BoundQuery, tables: Optional[dict] = None) -
                 spec = X.WindowSpec.partitioned([c.cname for c in w.partition_by], int(w.size))
             elif w.kind == "now":
                 spec = X.WindowSpec.now()
+            elif w.start_at is not None or w.end_at is not None:
+                spec = X.WindowSpec.landmark(w.start_at, w.end_at)
             else:
                 spec = X.WindowSpec.unbounded()
             n.op = X.WindowScan(spec)
@@ -597,6 +680,13 @@ def instantiate(root: PlanNode, bq: BoundQuery, tables: Optional[dict] = None) -
             n.op = X.Aggregate(n.params["group_by"], specs)
         elif k == "distinct":
             n.op = X.Distinct(n.params["columns"], mode=n.params.get("mode", "replace"))
+        elif k == "setop":
+            if n.params["op"] == "union" and n.params["all"]:
+                n.op = X.UnionAll(n.params["columns"], n.params["right_columns"])
+            else:
+                n.op = X.SetOp(n.params["op"], n.params["all"], n.params["columns"], n.params["right_columns"])
+        elif k == "semijoin":
+            n.op = X.SemiJoin(n.params["on"], anti=n.params["anti"], null_aware=n.params["null_aware"])
     return root
 
 

@@ -66,6 +66,7 @@ class Source:
     prefilter: Optional[A.Expr] = None   # CQL ``[... WHERE p]``: before the window
     pushed: list = field(default_factory=list)   # conjuncts applied before the window
     post: list = field(default_factory=list)     # single-source conjuncts after the window
+    derived: Optional["BoundQuery"] = None       # a subquery in FROM (a derived windowed relation)
 
     @property
     def is_table(self) -> bool:
@@ -74,6 +75,51 @@ class Source:
     @property
     def time_based(self) -> bool:
         return self.window is not None and self.window.kind in ("range", "now", "unbounded")
+
+
+class SourceList(list):
+    """The FROM items of one SELECT; ``[i]`` finds the source whose *index* is i.
+
+    Indices are unique over the whole statement (set operations and subqueries
+    number their sources after the outer ones), so a plan node's ``source``
+    names one leaf everywhere; ``extra`` holds the nested leaves that the
+    lookup also finds (iteration yields only this SELECT's own items).
+    """
+
+    def __init__(self, items=(), extra=()):
+        super().__init__(items)
+        self.extra = list(extra)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list.__getitem__(self, i)
+        i = int(i)
+        for s in self:
+            if s.index == i:
+                return s
+        for s in self.extra:
+            if s.index == i:
+                return s
+        raise IndexError(f"no source with index {i}")
+
+
+@dataclass
+class SubLink:
+    """A WHERE conjunct ``[NOT] IN (subquery)`` / ``[NOT] EXISTS (subquery)``.
+
+    ``outer`` are the outer query's key columns, ``inner`` the subquery (its
+    outputs are the matching key columns, in the same order); an uncorrelated
+    EXISTS has no keys (it tests whether the subquery is empty).
+    """
+    kind: str                 # in | exists
+    negated: bool
+    outer: list               # [A.Column] of the outer query
+    inner: "BoundQuery"
+    pos: tuple = (None, None)
+
+    @property
+    def null_aware(self) -> bool:
+        return self.kind == "in" and self.negated
 
 
 @dataclass
@@ -92,18 +138,42 @@ class BoundQuery:
     fade: Optional[float]
     contract: A.Contract
     types: dict = field(default_factory=dict)   # output name -> kind
+    nested: list = field(default_factory=list)  # BoundQuery of set-op sides, FROM and WHERE subqueries
+    setop: Optional[tuple] = None               # (op, all) when this is left <op> right (nested[0..1])
+    sublinks: list = field(default_factory=list)  # [SubLink] of the WHERE clause
 
     @property
     def is_aggregate(self) -> bool:
         return bool(self.aggregates) or bool(self.group_by)
 
+    def leaves(self) -> list:
+        """Every stream/table source of the statement (FROM items of all nested SELECTs)."""
+        out = [s for s in self.sources if s.derived is None]
+        for n in self.nested:
+            out.extend(n.leaves())
+        return out
+
     @property
     def streams(self) -> list:
-        return [s for s in self.sources if not s.is_table]
+        """The stream leaves the engine feeds (nested ones included)."""
+        return [s for s in self.leaves() if not s.is_table]
 
     @property
     def tables(self) -> list:
+        return [s for s in self.leaves() if s.is_table]
+
+    @property
+    def local_streams(self) -> list:
+        """This SELECT's own stream FROM items (derived relations included)."""
+        return [s for s in self.sources if not s.is_table]
+
+    @property
+    def local_tables(self) -> list:
         return [s for s in self.sources if s.is_table]
+
+    @property
+    def is_compound(self) -> bool:
+        return bool(self.nested)
 
 
 # ---------------------------------------------------------------------- typing
@@ -176,10 +246,20 @@ def expr_type(e: A.Expr, ctx: str, sources: list, catalog: Catalog) -> str:
     if isinstance(e, A.IsNull):
         t(e.operand)
         return "bool"
+    if isinstance(e, A.FuncCall) and e.name == "coalesce":
+        if len(e.args) < 2:
+            raise _err("COALESCE takes at least two arguments", e.pos)
+        ks = [t(a) for a in e.args]
+        real = [k for k in ks if k != "null"]
+        if any(not _comparable(real[0], k) for k in real[1:]):
+            raise _err(f"COALESCE arguments must have one type, got {', '.join(ks)}", e.pos)
+        if not real:
+            return "null"
+        return "float" if "float" in real else real[0]
     if isinstance(e, A.FuncCall):
         spec = SCALAR_FUNCS.get(e.name)
         if spec is None:
-            raise _err(f"unknown function {e.name.upper()} (known: {', '.join(sorted(SCALAR_FUNCS))})",
+            raise _err(f"unknown function {e.name.upper()} (known: {', '.join(sorted(SCALAR_FUNCS) + ['coalesce'])})",
                        e.pos, e.name)
         kinds, res = spec
         if len(e.args) != len(kinds):
@@ -196,6 +276,9 @@ def expr_type(e: A.Expr, ctx: str, sources: list, catalog: Catalog) -> str:
                      "window": "a window clause", "group": "GROUP BY"}[ctx]
             raise _err(f"aggregate {e.func.upper()} is not allowed in {where}", e.pos, e.func)
         return _agg_type(e, sources, catalog)
+    if isinstance(e, (A.InSubquery, A.Exists)):
+        raise _err("subqueries are supported as WHERE conditions joined by AND: "
+                   "x [NOT] IN (SELECT ...) or [NOT] EXISTS (SELECT ...)", e.pos)
     if isinstance(e, A.SummaryEstimate):
         if ctx != "preference":
             raise _err("SUMMARY.Estimate.Count(...) may only appear in WITH PREFERENCE", e.pos)
@@ -244,6 +327,17 @@ def _comparable(a, b) -> bool:
 
 
 def _bind_column(c: A.Column, sources: list) -> dict:
+    outer = getattr(sources, "outer", None)
+    if outer is not None:
+        try:
+            return _bind_column(c, SourceList(list(sources)))
+        except SketchQLSemanticError:
+            try:
+                r = _bind_column(c, outer)
+            except SketchQLSemanticError:
+                raise _bind_error(c, sources) from None
+            c.outer = True
+            return r
     if c.table is not None:
         cands = [s for s in sources if s.alias.lower() == c.table.lower()]
         if not cands:
@@ -271,6 +365,14 @@ def _bind_column(c: A.Column, sources: list) -> dict:
     return {"kind": s.schema.columns[canon], "src": s.index}
 
 
+def _bind_error(c, sources):
+    try:
+        _bind_column(c, SourceList(list(sources)))
+    except SketchQLSemanticError as e:
+        return e
+    return _err(f"cannot bind {c}", c.pos)  # pragma: no cover
+
+
 def _conjuncts(e):
     if e is None:
         return []
@@ -291,14 +393,95 @@ def _has_agg(e) -> bool:
 
 
 # ---------------------------------------------------------------------- analyze
+class _Ctx:
+    """Statement-wide state of one analysis: the source numbering."""
+
+    def __init__(self):
+        self.next_index = 0
+
+    def new_index(self) -> int:
+        self.next_index += 1
+        return self.next_index - 1
+
+
 def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
-    """Bind and check ``q``; see the module docstring."""
-    sel = q.select
-    sources = []
+    """Bind and check ``q``; see the module docstring.
+
+    Set operations bind each side on its own (columns are matched by
+    position, the names are the left side's); a subquery in FROM becomes a
+    derived relation whose columns are the subquery's outputs; ``[NOT] IN`` /
+    ``[NOT] EXISTS`` subqueries in WHERE become :class:`SubLink` s (a
+    correlated subquery may refer to the outer FROM items in equalities of its
+    WHERE; those become the semi-join keys).
+    """
+    ctx = _Ctx()
+    body = q.select
+    if isinstance(body, A.SetOp) or _has_nested(body):
+        if q.preference is not None:
+            raise _err("WITH PREFERENCE applies to a single SELECT over streams; set operations and "
+                       "subqueries are evaluated exactly", q.clause_pos.get("preference") or q.pos)
+    bq = _analyze_body(body, q, catalog, ctx, top=True)
+    _check_clauses(q, bq, catalog)
+    return bq
+
+
+def _has_nested(sel) -> bool:
+    if any(not isinstance(fi.source, str) for fi in sel.from_items):
+        return True
+    return any(isinstance(x, (A.InSubquery, A.Exists)) for c in _conjuncts(sel.where) for x in A.walk(c)) or \
+        any(isinstance(c, (A.InSubquery, A.Exists)) for c in _conjuncts(sel.where))
+
+
+def _analyze_body(body, q, catalog, ctx, top=False, outer=None) -> BoundQuery:
+    if isinstance(body, A.SetOp):
+        left = _analyze_body(body.left, q, catalog, ctx)
+        right = _analyze_body(body.right, q, catalog, ctx)
+        if len(left.outputs) != len(right.outputs):
+            raise _err(f"each side of {body.op.upper()} must have the same number of columns "
+                       f"({len(left.outputs)} vs {len(right.outputs)})", body.pos)
+        for (ln, _), (rn, _) in zip(left.outputs, right.outputs):
+            lk, rk = left.types[ln], right.types[rn]
+            if not _comparable(lk, rk):
+                raise _err(f"{body.op.upper()} column {ln!r} is {lk} on the left but {rn!r} is {rk} "
+                           f"on the right", body.pos)
+        bq = BoundQuery(q, SourceList([], left.leaves() + right.leaves()), [], [], [], [], list(left.outputs),
+                        None, False, body.stream_op, None, None, q.contract, dict(left.types),
+                        nested=[left, right], setop=(body.op, body.all))
+        return bq
+    if not top and body.stream_op is not None:
+        raise _err(f"{body.stream_op.upper()} applies to the whole query: write it in the outer SELECT only",
+                   body.pos)
+    return _analyze_core(body, q, catalog, ctx, outer)
+
+
+def _analyze_core(sel, q, catalog, ctx, outer=None) -> BoundQuery:
+    sources = SourceList()
+    if outer is not None:
+        sources.outer = outer
     aliases = set()
-    for i, fi in enumerate(sel.from_items):
+    nested = []
+    for fi in sel.from_items:
+        i = ctx.new_index()
         if not isinstance(fi.source, str):
-            raise _err("subqueries in FROM are not supported yet (name a stream or table)", fi.pos)
+            inner = _analyze_body(fi.source, q, catalog, ctx)
+            nested.append(inner)
+            alias = fi.alias or f"subquery{len(nested)}"
+            if alias.lower() in aliases:
+                raise _err(f"{alias!r} appears twice in FROM; give each item a distinct alias", fi.pos, alias)
+            aliases.add(alias.lower())
+            if fi.window is not None:
+                raise _err("a subquery in FROM is a relation (put the windows on the streams inside it); "
+                           "it cannot take a window itself", fi.window.pos)
+            if fi.sample is not None:
+                raise _err("SAMPLE applies to streams, not to a subquery", fi.pos)
+            cols = {}
+            for n, _ in inner.outputs:
+                if "." in n or n.startswith("("):
+                    raise _err(f"name the subquery's output column {n!r} with AS to use it outside", fi.pos)
+                cols[n] = inner.types[n]
+            src = Source(i, alias, Schema(alias, cols), None, derived=inner)
+            sources.append(src)
+            continue
         schema = catalog.get(fi.source)
         if schema is None:
             known = ", ".join(s.name for s in catalog.streams + catalog.tables) or "none declared"
@@ -340,8 +523,9 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
             if not (isinstance(w.size, int) or float(w.size).is_integer()) or w.size < 1:
                 raise _err(f"ROWS needs a positive whole number, got {w.size:g}", w.pos)
             w.size = int(w.size)
-        if w.kind == "unbounded" and w.start_at is not None:
-            raise _err("landmark windows (UNBOUNDED START AT ...) are not supported yet", w.pos)
+        if w.kind == "unbounded" and w.start_at is not None and w.end_at is not None and w.end_at < w.start_at:
+            raise _err(f"landmark window ends (END AT {w.end_at:g}) before it starts "
+                       f"(START AT {w.start_at:g})", w.pos)
         for c in w.partition_by:
             expr_type(c, "window", [s], catalog)
             c.src = s.index
@@ -354,13 +538,30 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
                     c.src = s.index
             s.prefilter = w.where
 
-    # WHERE
+    # WHERE: subquery conditions become SubLinks, the rest is typed and split
     join_conds, residual = [], []
-    if sel.where is not None:
-        k = expr_type(sel.where, "where", sources, catalog)
-        if k not in ("bool", "null"):
-            raise _err(f"WHERE needs a condition, but it is {k}", sel.where.pos)
+    sublinks, plain = [], []
     for c in _conjuncts(sel.where):
+        if isinstance(c, (A.InSubquery, A.Exists)):
+            sublinks.append(c)
+        else:
+            plain.append(c)
+    where = (A.BoolOp("and", plain, pos=sel.where.pos) if len(plain) > 1 else plain[0]) if plain else None
+    if where is not None:
+        k = expr_type(where, "where", sources, catalog)
+        if k not in ("bool", "null"):
+            raise _err(f"WHERE needs a condition, but it is {k}", where.pos)
+    correlations = []
+    for c in _conjuncts(where):
+        if any(getattr(x, "outer", False) for x in A.walk(c) if isinstance(x, A.Column)):
+            if (isinstance(c, A.Compare) and c.op == "=" and isinstance(c.left, A.Column)
+                    and isinstance(c.right, A.Column)
+                    and getattr(c.left, "outer", False) != getattr(c.right, "outer", False)):
+                inner_c, outer_c = (c.right, c.left) if getattr(c.left, "outer", False) else (c.left, c.right)
+                correlations.append((inner_c, outer_c))
+                continue
+            raise _err(f"a correlated subquery may refer to the outer query only in equalities "
+                       f"(inner.col = outer.col), not in '{c}'", c.pos)
         ss = _srcs(c)
         if (isinstance(c, A.Compare) and c.op == "=" and isinstance(c.left, A.Column)
                 and isinstance(c.right, A.Column) and c.left.src != c.right.src):
@@ -372,6 +573,9 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
             residual.append(c)
         else:
             residual.append(c)
+
+    links = [_bind_sublink(c, q, catalog, ctx, sources) for c in sublinks]
+    nested.extend(lk.inner for lk in links)
 
     # joins must be connected by equalities (the exact joins are hash joins)
     if len(sources) > 1:
@@ -464,8 +668,55 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
         used[nm.lower()] = k
         named.append((nm, e, k))
 
-    # paper clauses
+    sources.extra = [lf for n in nested for lf in n.leaves()]
+    bq = BoundQuery(q, sources, join_conds, residual, list(aggs.values()), group_by,
+                    [(n, e) for n, e, _ in named], having, sel.distinct, sel.stream_op,
+                    q.preference, q.fade, q.contract, {n: k for n, _, k in named},
+                    nested=nested, sublinks=links)
+    bq.correlations = correlations
+    return bq
+
+
+def _bind_sublink(c, q, catalog, ctx, sources) -> SubLink:
+    """Analyze the subquery of ``x [NOT] IN (...)`` / ``[NOT] EXISTS (...)`` against the outer FROM."""
+    inner = _analyze_body(c.query, q, catalog, ctx, outer=sources)
+    corr = getattr(inner, "correlations", [])
+    if isinstance(c, A.InSubquery):
+        if not isinstance(c.operand, A.Column):
+            raise _err("the left side of IN (subquery) must be a column", c.operand.pos or c.pos)
+        k = expr_type(c.operand, "where", sources, catalog)
+        if len(inner.outputs) != 1:
+            raise _err(f"the subquery of IN must return one column, it returns {len(inner.outputs)}", c.pos)
+        (n0, e0), = inner.outputs
+        if not _comparable(k, inner.types[n0]):
+            raise _err(f"IN compares {k} with the subquery's {inner.types[n0]}", c.pos)
+        outer_cols = [c.operand] + [o for _, o in corr]
+        inner_exprs = [e0] + [i for i, _ in corr]
+        kind = "in"
+    else:
+        outer_cols = [o for _, o in corr]
+        inner_exprs = [i for i, _ in corr]
+        kind = "exists"
+    if corr:
+        if inner.is_compound or inner.is_aggregate or inner.distinct:
+            raise _err("a correlated subquery must be a plain SELECT (no set operation, aggregate or "
+                       "DISTINCT)", c.pos)
+        inner.outputs = [(f"__k{j}", e) for j, e in enumerate(inner_exprs)]
+        inner.types = {f"__k{j}": "any" for j in range(len(inner_exprs))}
+    elif kind == "exists":
+        inner.outputs, inner.types = [], {}
+    own = {s.index for s in sources}
+    for oc in outer_cols:
+        if oc.src not in own:
+            raise _err("a subquery inside a subquery may only refer to its own outer query", oc.pos)
+    return SubLink(kind, c.negated, outer_cols, inner, c.pos)
+
+
+def _check_clauses(q, bq, catalog):
+    """The query-level clauses: preference, FADE FACTOR, WINDOW and the contract."""
+    sources = bq.sources
     pref = q.preference
+    ct = q.contract
     if pref is not None:
         for e in pref.exprs:
             k = expr_type(e, "preference", sources, catalog)
@@ -477,7 +728,6 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
         raise _err("FADE FACTOR needs a WITH PREFERENCE clause", q.clause_pos.get("fade"))
     if q.window is not None and not q.window > 0:
         raise _err(f"WINDOW must be positive, got {q.window:g}", q.clause_pos.get("window"))
-    ct = q.contract
     if ct.error is not None and not 0 < ct.error < 1:
         raise _err(f"WITH ERROR must be a fraction in (0, 1), got {ct.error:g}", ct.pos.get("error"))
     if ct.confidence is not None and not 0 < ct.confidence < 1:
@@ -487,11 +737,6 @@ def analyze(q: A.Query, catalog: Catalog) -> BoundQuery:
     if ct.exact and (ct.error is not None or ct.budget is not None):
         raise _err("EXACT cannot be combined with WITH ERROR or WITHIN (an exact answer has no budget)",
                    ct.pos.get("exact"))
-
-    bq = BoundQuery(q, sources, join_conds, residual, list(aggs.values()), group_by,
-                    [(n, e) for n, e, _ in named], having, sel.distinct, sel.stream_op,
-                    pref, q.fade, ct, {n: k for n, _, k in named})
-    return bq
 
 
 def _check_grouped(e, gtexts):

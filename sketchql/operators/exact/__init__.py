@@ -74,8 +74,8 @@ Operators
     ``sum``, ``avg``, ``min``, ``max``, ``count_distinct``, ``median``,
     ``quantile``).  Emits, per group and change time, −old row / +new row;
     a group that loses its last tuple emits a − and no + (W6) -- it
-    disappears.  Without group_by there is one row (after the first input);
-    on an empty window COUNT and SUM read 0 (W3), AVG/MIN/MAX/... NaN.
+    disappears.  Without group_by there is one row from the first step on;
+    on an empty window COUNT reads 0 and SUM/AVG/MIN/MAX/... NULL (NaN).
     SUM/COUNT/AVG are maintained by subtraction (vectorized cumulative sums);
     MIN/MAX rescan a group only when its extreme leaves (``stats()["rescans"]``).
 ``Distinct(columns=None, mode="replace")``  duplicate elimination on
@@ -110,7 +110,7 @@ Example (W3)::
     >>> ch = q.push(Batch({"price": np.array([6., 9.])}, ts=np.array([1., 2.])))
     >>> ch = q.advance(12)
     >>> [(float(a), float(v)) for a, v, s in zip(ch.at, ch.columns["s"], ch.sign) if s > 0]
-    [(11.0, 9.0), (12.0, 0.0)]
+    [(11.0, 9.0), (12.0, nan)]
 """
 from ..changes import Batch, Changes, as_batch, dstream, istream, rstream, snapshot
 from .base import STR, WK, WKS, Operator

@@ -117,8 +117,9 @@ class Aggregate(Operator):
     At every time at which a group changes value it emits −(old row) and
     +(new row) (nothing when the value is unchanged); a group that loses its
     last tuple emits only the − -- it disappears (W6).  With no ``group_by``
-    there is exactly one row from the first input on; on an empty window its
-    COUNT and SUM read 0 (W3) and the other aggregates NaN.  NaN inputs are
+    there is exactly one row from the operator's first step on (SQL: an
+    aggregate over an empty window has a row): COUNT reads 0 and every other
+    aggregate -- SUM included -- NULL (NaN) on an empty window.  NaN inputs are
     ignored (SQL NULL).  Output: group columns + one column per aggregate;
     row ts = the change time.  Update pattern: strict (values change at
     arbitrary times).
@@ -130,6 +131,10 @@ class Aggregate(Operator):
     >>> ch = q.advance(12)
     >>> list(zip(ch.at.tolist(), ch.sign.tolist(), ch.columns["s"].tolist()))
     [(11.0, -1, 8.0), (11.0, 1, 3.0), (12.0, -1, 3.0)]
+    >>> g = Aggregate([], [AggSpec("count", None, "n"), AggSpec("sum", "v", "s")])
+    >>> r = g.advance(0.0)          # a global aggregate has its row before any input
+    >>> r.columns["n"].tolist(), r.columns["s"].tolist()
+    ([0], [nan])
     """
 
     update_pattern = STR
@@ -236,10 +241,7 @@ class Aggregate(Operator):
                 out.append(cnt.astype(np.int64) if a.column is None else ns[k].astype(np.int64))
             elif a.func == "sum":
                 v = ss[k].copy()
-                if self.group_by:
-                    v[ns[k] == 0] = np.nan
-                else:
-                    v[ns[k] == 0] = 0.0
+                v[ns[k] == 0] = np.nan          # SQL: the SUM of no values is NULL
                 out.append(v)
             elif a.func == "avg":
                 with np.errstate(invalid="ignore", divide="ignore"):
@@ -249,8 +251,26 @@ class Aggregate(Operator):
         return out
 
     # -- the step ---------------------------------------------------------
+    def _initial_row(self, now, ch) -> Changes | None:
+        """A global aggregate exists from the first instant (SQL: COUNT = 0, SUM NULL)."""
+        if self.group_by or self._gkeys is not None:
+            return None
+        self._gkeys = {}
+        self._grow(1)
+        if ch is not None and len(ch) and float(ch.at.min()) <= now:
+            return None                  # the first input's point creates the row at its time
+        self._exists[0] = True
+        self._rid[0] = self._next_rid
+        self._next_rid += 1
+        vals = self._stored_values(np.zeros(1, np.int64))
+        rows = Batch({a.out_name: np.asarray(v) for a, v in zip(self.aggs, vals)}, ts=np.array([now]))
+        return Changes.inserts(rows, at=[now], rid=[self._rid[0]])
+
     def _step(self, now, inputs):
         ch = inputs[0]
+        init = self._initial_row(now, ch)
+        if init is not None:
+            return init
         if ch is None or not len(ch):
             return Changes.empty(self.group_by + [a.out_name for a in self.aggs])
         if isinstance(ch, Batch):

@@ -23,7 +23,11 @@ class WindowSpec:
       moves only at multiples of s: holds τ' − w < ts ≤ τ' with τ' = ⌊τ/s⌋·s;
     * ``rows(n)``: the n latest tuples (ties in ts by arrival order);
     * ``partitioned(cols, n)``: the n latest tuples of each partition;
-    * ``now()``: the tuples with ts = τ; ``unbounded()``: everything so far.
+    * ``now()``: the tuples with ts = τ; ``unbounded()``: everything so far;
+    * ``landmark(start, end=None)``: a landmark window (Patroumpas-Sellis):
+      holds the tuples with start ≤ ts ≤ τ (and ts ≤ end for an upper-bounded
+      one, whose contents freeze once τ passes end); nothing ever expires
+      (monotonic).
 
     >>> WindowSpec.range(60).kind, WindowSpec.rows(5).n
     ('range', 5)
@@ -34,6 +38,8 @@ class WindowSpec:
     slide: float | None = None
     n: int | None = None
     partition_by: tuple = field(default_factory=tuple)
+    start: float | None = None        # landmark lower bound (ts >= start)
+    end: float | None = None          # landmark upper bound (ts <= end)
 
     @classmethod
     def range(cls, w: float, slide: float | None = None) -> "WindowSpec":
@@ -70,6 +76,14 @@ class WindowSpec:
     def unbounded(cls) -> "WindowSpec":
         return cls("unbounded")
 
+    @classmethod
+    def landmark(cls, start: float | None, end: float | None = None) -> "WindowSpec":
+        start = None if start is None else float(start)
+        end = None if end is None else float(end)
+        if start is not None and end is not None and end < start:
+            raise SketchQLError(f"landmark window ends ({end}) before it starts ({start})")
+        return cls("unbounded", start=start, end=end)
+
     @property
     def fifo(self) -> bool:
         """Do tuples leave in arrival order? (update pattern weakest)."""
@@ -83,7 +97,12 @@ class WindowSpec:
         if self.kind == "now":
             return ts == tau
         if self.kind == "unbounded":
-            return ts <= tau
+            m = ts <= tau
+            if self.start is not None:
+                m &= ts >= self.start
+            if self.end is not None:
+                m &= ts <= self.end
+            return m
         raise SketchQLError(f"{self.kind} windows are not time-based")
 
 
@@ -135,7 +154,15 @@ class WindowScan(Operator):
             return start, end
         if s.kind == "now":
             return ts.copy(), np.nextafter(ts, np.inf)
-        return ts.copy(), np.full(len(ts), np.inf)
+        end = np.full(len(ts), np.inf)
+        if s.start is not None or s.end is not None:
+            out = np.zeros(len(ts), bool)
+            if s.start is not None:
+                out |= ts < s.start
+            if s.end is not None:
+                out |= ts > s.end
+            end[out] = ts[out]          # outside the landmark band: an empty lifetime, never emitted
+        return ts.copy(), end
 
     def _count_based_ends(self):
         """ROWS / PARTITION: a row ends when the n-th younger row (of its
