@@ -8,7 +8,7 @@ import numpy as np
 
 from ..control import ControlTable, Knob
 from ..errors import SketchQLError
-from ..operators.changes import Batch, Changes, dstream, istream, snapshot
+from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
 from ..planner.explain import explain_plan
 from ..planner.plan import Plan, PlanNode
 from .errors import HistoryUnavailable
@@ -81,6 +81,8 @@ class Query:
         self._rngs = {s.index: np.random.default_rng([seed, qid, s.index]) for s in self.bound.streams}
         self._scan = {n.source: n for n in plan.root.walk() if n.kind == "scan"}
         self.steps = 0
+        self._instants: list = []        # the times the query advanced to (RSTREAM's instants)
+        self._rs_polled = -np.inf        # RSTREAM poll cursor: the last instant returned
         self.active = True
         self.weight = 1.0                # the allocator's weight (0: leftovers only)
 
@@ -110,6 +112,7 @@ class Query:
         out = self._run(self.plan.root, now, inputs)
         self.clock = now
         self.steps += 1
+        self._instants.append(now)
         if out is not None and len(out):
             self._record(out)
         self._trim()
@@ -138,6 +141,8 @@ class Query:
             excess = max(excess, old)
         if excess > 0:
             self._evict(excess)
+        if self._instants and self._instants[0] < self._base_at:     # RSTREAM instants still exact
+            self._instants = [t for t in self._instants if t >= self._base_at]
 
     def _evict(self, n: int):
         view = self.view
@@ -190,10 +195,13 @@ class Query:
     # -- reading ------------------------------------------------------------
     @property
     def view(self) -> str:
-        """ISTREAM / DSTREAM / RSTREAM (explicit) or the CQL default."""
+        """ISTREAM / DSTREAM / RSTREAM (explicit) or the default: the change stream
+        ("relation") for aggregates and for queries whose result loses rows by negative
+        tuples (set difference, NOT IN / NOT EXISTS), ISTREAM otherwise."""
         if self.bound.stream_op:
             return self.bound.stream_op
-        return "relation" if self.bound.is_aggregate else "istream"
+        strict = getattr(self.plan.root, "pattern", "") == "strict"
+        return "relation" if (self.bound.is_aggregate or strict) else "istream"
 
     def changes(self) -> Changes:
         """The retained change stream (+1/−1 rows, ``at`` = time of the change).
@@ -216,9 +224,27 @@ class Query:
             return dstream(ch)
         return ch
 
-    def results(self):
-        """The (retained) answer in the query's view, as a DataFrame with ``__sign`` and ``__at``."""
-        df = self._view(self.changes()).to_pandas()
+    def _rstream(self, after: float = -np.inf) -> Changes:
+        """RSTREAM: R(τ) at every instant τ > ``after`` the query advanced to (retained history)."""
+        ch = Changes.concat([self._base.as_changes(self.names), self.changes()])
+        return rstream(ch, [t for t in self._instants if t > after])
+
+    def results(self, view: Optional[str] = None):
+        """The (retained) answer in the query's view, as a DataFrame with ``__sign`` and ``__at``.
+
+        ``view`` overrides the query's: ``istream``, ``dstream``, ``rstream`` (the whole
+        relation at every instant the query advanced to -- each push or heartbeat that moved
+        its clock -- ``__at`` = the instant) or ``changes`` / ``relation`` (the change stream:
+        +1 / −1 rows at the time of each change).
+        """
+        v = view or self.view
+        if v not in ("istream", "dstream", "rstream", "changes", "relation"):
+            raise SketchQLError(f"unknown view {view!r}; use istream, dstream, rstream or changes")
+        if v == "rstream":
+            df = self._rstream().to_pandas()
+        else:
+            ch = self.changes()
+            df = (istream(ch) if v == "istream" else dstream(ch) if v == "dstream" else ch).to_pandas()
         return df.drop(columns=["__rid", "__ts"], errors="ignore")
 
     def snapshot(self, t: Optional[float] = None):
@@ -247,6 +273,14 @@ class Query:
         view rows that were evicted before they could be polled.
         """
         out = PollResult()
+        if self.view == "rstream":          # the relation at each instant since the last poll
+            r = self._rstream(self._rs_polled)
+            if len(r):
+                out.append(r)
+            self._rs_polled = self._instants[-1] if self._instants else self._rs_polled
+            self._consumed = self._total
+            self._unreported = 0
+            return out
         for first, ch, _ in self._log:
             if first + len(ch) <= self._consumed:
                 continue

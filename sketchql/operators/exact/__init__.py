@@ -9,8 +9,8 @@ Data model (``sketchql.operators.changes``)
   (+1 enters / −1 leaves the result), ``at`` (when the change happens) and
   ``rid`` (row identity; a −1 repeats the rid of its +1).  Sorted by
   ``(at, sign)``.  ISTREAM = ``istream(ch)``, DSTREAM = ``dstream(ch)``,
-  RSTREAM = ``snapshot(ch, τ)`` / ``rstream(ch, times)`` (replay of the
-  changes with ``at <= τ``).
+  RSTREAM = ``rstream(ch, times)`` (the whole relation at every instant of
+  ``times``); ``snapshot(ch, τ)`` is the relation at one τ.
 
 Time
 ----
