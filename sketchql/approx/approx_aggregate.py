@@ -1,0 +1,207 @@
+"""Approximate grouped aggregates over sampled / shed input, with an interval on every value.
+
+:class:`ApproxAggregate` has the exact :class:`~sketchql.operators.exact.Aggregate`'s
+protocol and change semantics (it runs one inside, over derived columns) but
+its input rows carry the Horvitz–Thompson weight ``__w = 1 / π`` of the
+sampling that kept them (:mod:`sketchql.approx.sampling`; for a join of
+sampled inputs the product of the members' weights).  For every aggregate
+``a`` it outputs the scaled estimate under the exact aggregate's name plus
+``a_lo`` / ``a_hi``, the interval at ``conf`` (:mod:`sketchql.approx.estimators`):
+
+======================  =====================================================
+COUNT(*) / COUNT(x)     ``Σ w``; score interval from ``n`` and ``Σ w``
+SUM(x)                  ``Σ w x`` ± z √(Σ w (w − 1) x²)
+AVG(x)                  ``Σ w x / Σ w`` ± t √(linearized variance)
+MEDIAN / QUANTILE(x,q)  sample quantile; order-statistic interval (fpc 1 − π)
+COUNT(DISTINCT x)       ``d / p`` (universe sampling on x at rate ``p``); score
+======================  =====================================================
+
+All sums are subtractable, so windows expire exactly as in the exact plan.
+The interval columns of a quantile row are remembered by row id, so a
+retraction repeats the values of its insertion.
+
+>>> import numpy as np
+>>> from sketchql.operators.changes import Batch, Changes
+>>> from sketchql.operators.exact import AggSpec
+>>> op = ApproxAggregate([], [AggSpec("count", None, "c")], conf=0.95)
+>>> b = Batch({"__w": np.full(50, 10.0)}, ts=np.arange(50.0))
+>>> out = op.step(49.0, Changes.inserts(b, b.ts, np.arange(50)))
+>>> row = out.take(out.sign > 0)
+>>> float(row.columns["c"][-1]), bool(row.columns["c_lo"][-1] < 500 < row.columns["c_hi"][-1])
+(500.0, True)
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..operators.changes import Batch, Changes
+from ..operators.exact import AggSpec, Aggregate
+from ..operators.exact.base import Operator, STR
+from . import estimators as E
+from .sampling import W_COLUMN
+
+__all__ = ["ApproxAggregate", "APPROXIMABLE"]
+
+#: aggregates that have a sampled estimator (MIN / MAX do not: their plans stay exact)
+APPROXIMABLE = {"count", "sum", "avg", "median", "quantile", "count_distinct"}
+
+
+def _tags(func: str, has_col: bool) -> list:
+    if func == "count":
+        return ["n", "s0", "v0"]
+    if func == "sum":
+        return ["n", "s1", "v2"]
+    if func == "avg":
+        return ["n", "s0", "s1", "v0", "v1", "v2"]
+    if func in ("median", "quantile"):
+        return ["n", "s0", "q"]
+    if func == "count_distinct":
+        return ["d"]
+    raise ValueError(func)
+
+
+class ApproxAggregate(Operator):
+    """Scaled aggregates with intervals (module doc).
+
+    ``distinct_rate``: callable -> the universe-sampling rate (× the stream's keep
+    probability) that COUNT(DISTINCT) divides by; ``conf``: confidence of the
+    ``_lo`` / ``_hi`` columns (settable attribute).
+    """
+
+    update_pattern = STR
+
+    def __init__(self, group_by: Sequence[str], aggs: Sequence[AggSpec], conf: float = 0.95,
+                 distinct_rate: Optional[Callable[[], float]] = None):
+        super().__init__()
+        self.group_by = [group_by] if isinstance(group_by, str) else list(group_by)
+        self.aggs = list(aggs)
+        for a in self.aggs:
+            if a.func not in APPROXIMABLE:
+                raise ValueError(f"{a.func.upper()} has no sampled estimator")
+        self.conf = float(conf)
+        self.distinct_rate = distinct_rate or (lambda: 1.0)
+        specs = []
+        self._cols = {}          # derived input column -> (agg index, tag)
+        for k, a in enumerate(self.aggs):
+            for t in _tags(a.func, a.column is not None):
+                nm = f"__i{k}_{t}"
+                if t == "n":
+                    specs.append(AggSpec("count", f"__d{k}_w", nm))
+                elif t == "q":
+                    specs.append(AggSpec("quantile", a.column, nm, 0.5 if a.func == "median" else a.q))
+                elif t == "d":
+                    specs.append(AggSpec("count_distinct", a.column, nm))
+                else:
+                    specs.append(AggSpec("sum", f"__d{k}_{t}", nm))
+        self.inner = Aggregate(self.group_by, specs)
+        self._qk = {k: next(i for i, s in enumerate(specs) if s.name == f"__i{k}_q")
+                    for k, a in enumerate(self.aggs) if a.func in ("median", "quantile")}
+        self._qbounds: dict = {k: {} for k in self._qk}     # rid -> (lo, hi)
+        self.names = self.group_by + [x for a in self.aggs for x in (a.out_name, a.out_name + "_lo",
+                                                                     a.out_name + "_hi")]
+
+    def state_size(self) -> int:
+        return self.inner.state_size()
+
+    def stats(self) -> dict:
+        d = super().stats()
+        d["groups"] = self.inner.stats()["groups"]
+        d["approximate"] = True
+        d["confidence"] = self.conf
+        return d
+
+    # -- derived columns --------------------------------------------------
+    def _derive(self, rows: Batch) -> Batch:
+        cols = dict(rows.columns)
+        n = len(rows)
+        w = np.asarray(cols.get(W_COLUMN, np.ones(n)), np.float64)
+        ww = w * (w - 1.0)
+        for k, a in enumerate(self.aggs):
+            if a.func == "count_distinct":
+                continue
+            if a.column is None:
+                m = np.ones(n, bool)
+                x = np.zeros(n)
+            else:
+                x = np.asarray(cols[a.column], np.float64)
+                m = ~np.isnan(x)
+            nan = np.full(n, np.nan)
+            cols[f"__d{k}_w"] = np.where(m, w, nan)
+            cols[f"__d{k}_s0"] = np.where(m, w, nan)
+            cols[f"__d{k}_v0"] = np.where(m, ww, nan)
+            if a.column is not None:
+                cols[f"__d{k}_s1"] = np.where(m, w * x, nan)
+                cols[f"__d{k}_v1"] = np.where(m, ww * x, nan)
+                cols[f"__d{k}_v2"] = np.where(m, ww * x * x, nan)
+        return Batch(cols, ts=rows.ts)
+
+    # -- the step -----------------------------------------------------------
+    def _step(self, now, inputs):
+        ch = inputs[0]
+        if ch is not None and len(ch):
+            ch = ch.with_rows(self._derive(ch.rows))
+            self._work += len(ch)
+        out = self.inner.step(now, ch)
+        if not len(out):
+            return Changes.empty(self.names)
+        return out.with_rows(self._transform(out))
+
+    def _transform(self, out: Changes) -> Batch:
+        c = out.columns
+        res = {g: c[g] for g in self.group_by}
+        conf = self.conf
+        for k, a in enumerate(self.aggs):
+            col = lambda t: np.asarray(c[f"__i{k}_{t}"], np.float64)  # noqa: E731
+            if a.func == "count":
+                n = col("n")
+                est, lo, hi = E.count_interval(n, np.nan_to_num(col("s0")), conf)
+            elif a.func == "sum":
+                est, lo, hi = E.sum_interval(np.nan_to_num(col("s1")), np.nan_to_num(col("v2")), conf)
+                if self.group_by:
+                    empty = col("n") == 0
+                    est, lo, hi = (np.where(empty, np.nan, x) for x in (est, lo, hi))
+            elif a.func == "avg":
+                est, lo, hi = E.avg_interval(col("n"), col("s0"), col("s1"), col("v0"), col("v1"), col("v2"), conf)
+            elif a.func == "count_distinct":
+                p = float(self.distinct_rate())
+                est, lo, hi = E.distinct_interval(col("d"), p, conf)
+            else:
+                est = col("q")
+                lo, hi = self._quantile_bounds(k, out, est, col("n"), col("s0"))
+            nm = a.out_name
+            res[nm] = est
+            res[nm + "_lo"] = lo
+            res[nm + "_hi"] = hi
+        return Batch(res, ts=out.ts)
+
+    def _quantile_bounds(self, k, out: Changes, est, n, s0):
+        """Order-statistic bounds of the groups' current samples; retractions repeat their insert."""
+        lo, hi = est.copy(), est.copy()
+        cache = self._qbounds[k]
+        inner = self.inner
+        hol = inner._hol[self._qk[k]]
+        # group index of each current rid
+        live = np.flatnonzero(inner._exists)
+        rid2g = dict(zip(inner._rid[live].tolist(), live.tolist()))
+        a = self.aggs[k]
+        q = 0.5 if a.func == "median" else float(a.q)
+        for i in range(len(out)):
+            r = int(out.rid[i])
+            if out.sign[i] < 0:
+                b = cache.pop(r, None)
+                if b is not None:
+                    lo[i], hi[i] = b
+                continue
+            g = rid2g.get(r)
+            st = hol.get(g) if g is not None else None
+            if st is None or not st.sorted or not np.isfinite(est[i]):
+                b = (est[i], est[i])
+            else:
+                p = float(n[i] / s0[i]) if s0[i] > 0 else 1.0
+                e, l_, h_ = E.quantile_interval(np.asarray(st.sorted, np.float64), q, p, self.conf)
+                b = (min(l_, est[i]), max(h_, est[i]))
+            cache[r] = b
+            lo[i], hi[i] = b
+        return lo, hi

@@ -1,0 +1,220 @@
+"""Precision models: from an operator's resources (its knobs) to its precision (STREAM §5.3).
+
+Every model maps a knob vector ``x`` to ``(precision, memory_bytes, cpu_units_per_s)``.
+*Precision* is a number in [0, 1] comparable across queries:
+
+* value answers (aggregates): the probability that an answer meets the
+  error target ``e`` -- ``P(|relative error| ≤ e)``, averaged over the groups
+  by their share of the rows.  With a per-group relative standard error
+  ``σ_g(p) = c · k_g · √((1 − p) / (p · N_g))`` (Horvitz–Thompson under
+  Bernoulli sampling at rate ``p`` of ``N_g`` window rows; ``k_g = 1`` for
+  COUNT and COUNT(DISTINCT) with ``N_g = D``, the coefficient of variation
+  ``cv_g`` for AVG, ``√(1 + cv_g²)`` for SUM, ``√(q (1 − q)) / (f̂ x_q)``
+  ≈ ``cv_g`` for quantiles) that is ``2 Φ(e / σ_g) − 1``;
+* set answers (joins, selections): the recall ``1 − FN`` (no false positives
+  are produced by sampling or by the promising-tuple operators).
+
+Precision propagates bottom-up (:func:`propagate`, the (FP, FN) calculus of
+§5.3 specialised to our operators): a scan sampled at ``p`` has
+``FN = 1 − p``; select / project keep their input's; a join's recall is the
+product of its inputs' recalls times its own (a promising-tuple join on a
+budget ``b`` per tuple: ``r(b) = 1 − exp(−b / b₀)``); an aggregate over an
+input of recall ``π`` has the relative error above with ``p = π``.
+
+``c`` (aggregates) and ``b₀`` (joins) are *calibrated from measurements*:
+:meth:`AggregateModel.calibrate` folds an audited relative error into ``c``
+(exponentially weighted ratio of measured to predicted), and
+:meth:`JoinRecallModel.calibrate` refits ``b₀`` from observed
+(budget, recall) pairs by least squares on ``log(1 − r)``.
+
+>>> m = AggregateModel(group_rows=[1000.0, 1000.0], k=[1.0, 1.0], error=0.05, conf=0.95,
+...                    memory_full=1e6, cpu_full=100.0)
+>>> round(m.evaluate([1.0])[0], 3), m.evaluate([0.1])[0] < m.evaluate([0.5])[0]
+(1.0, True)
+>>> round(m.needed()[0], 3)          # the rate that meets ±5 % at 95 % in every group
+0.606
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import stats as _st
+
+__all__ = ["AggregateModel", "JoinRecallModel", "QueryModel", "propagate", "P_MIN"]
+
+#: lowest sampling rate any knob may take
+P_MIN = 1e-3
+
+
+class QueryModel:
+    """Interface: ``dims`` knobs with ``bounds``; ``evaluate(x) -> (precision, memory, cpu)``."""
+
+    dims = 1
+    names: tuple = ("sample_rate",)
+
+    def bounds(self) -> list:
+        return [(P_MIN, 1.0)] * self.dims
+
+    def full(self) -> list:
+        return [b[1] for b in self.bounds()]
+
+    def evaluate(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def needed(self) -> Optional[list]:
+        """The cheapest knobs meeting the query's contract (None: no contract)."""
+        return None
+
+    def evaluate_grid(self, grid: np.ndarray):
+        """Vectorized evaluate over rows of ``grid`` (K × dims) -> three arrays of K."""
+        out = np.array([self.evaluate(row) for row in grid], dtype=np.float64)
+        return out[:, 0], out[:, 1], out[:, 2]
+
+
+@dataclass
+class AggregateModel(QueryModel):
+    """Sampled aggregate (module doc).  ``group_rows``: window rows per group at full rate;
+    ``k``: per-group error factor; ``memory_full`` / ``cpu_full``: resources at rate 1."""
+
+    group_rows: Sequence[float]
+    k: Sequence[float]
+    error: float = 0.05
+    conf: float = 0.95
+    memory_full: float = 0.0
+    cpu_full: float = 0.0
+    calib: float = 1.0
+    contract: bool = True
+    outlier_share: float = 0.0
+
+    def __post_init__(self):
+        self.group_rows = np.maximum(np.asarray(self.group_rows, np.float64), 1.0)
+        self.k = np.asarray(self.k, np.float64)
+        tot = self.group_rows.sum()
+        self.share = self.group_rows / tot if tot > 0 else np.ones_like(self.group_rows)
+
+    def sigma(self, p: float) -> np.ndarray:
+        p = float(np.clip(p, P_MIN, 1.0))
+        return self.calib * self.k * np.sqrt((1.0 - p) / (p * self.group_rows))
+
+    def rel_error(self, p: float) -> float:
+        """Predicted worst-group relative half-width at ``conf``."""
+        z = float(_st.norm.ppf(0.5 + self.conf / 2))
+        s = self.sigma(p)
+        return float(z * s.max()) if len(s) else 0.0
+
+    def evaluate(self, x):
+        p = float(np.clip(x[0], P_MIN, 1.0))
+        s = self.sigma(p)
+        with np.errstate(divide="ignore"):
+            prec = np.where(s <= 0, 1.0, 2 * _st.norm.cdf(self.error / np.maximum(s, 1e-300)) - 1)
+        keep = min(1.0, p + (1 - p) * self.outlier_share)
+        return float((prec * self.share).sum()), keep * self.memory_full, keep * self.cpu_full
+
+    def evaluate_grid(self, grid):
+        p = np.clip(np.asarray(grid, np.float64)[:, 0], P_MIN, 1.0)
+        s = self.calib * self.k[None, :] * np.sqrt((1 - p)[:, None] / (p[:, None] * self.group_rows[None, :]))
+        prec = np.where(s <= 0, 1.0, 2 * _st.norm.cdf(self.error / np.maximum(s, 1e-300)) - 1)
+        keep = np.minimum(1.0, p + (1 - p) * self.outlier_share)
+        return (prec * self.share[None, :]).sum(1), keep * self.memory_full, keep * self.cpu_full
+
+    def needed(self):
+        if not self.contract:
+            return None
+        z = float(_st.norm.ppf(0.5 + self.conf / 2))
+        # z c k sqrt((1-p)/(p N)) <= e  <=>  p >= 1 / (1 + N (e / (z c k))^2)
+        kk = np.maximum(self.calib * self.k, 1e-12)
+        p = 1.0 / (1.0 + self.group_rows * (self.error / (z * kk)) ** 2)
+        return [float(np.clip(p.max(), P_MIN, 1.0))] if len(p) else [P_MIN]
+
+    def calibrate(self, measured_rel: float, predicted_rel: float, alpha: float = 0.3):
+        """Fold one audit (measured vs predicted relative error) into ``calib``."""
+        if predicted_rel > 0 and np.isfinite(measured_rel) and measured_rel >= 0:
+            r = float(np.clip(measured_rel / predicted_rel, 0.25, 4.0))
+            self.calib = float(np.clip((1 - alpha) * self.calib + alpha * self.calib * r, 0.25, 4.0))
+
+
+@dataclass
+class JoinRecallModel(QueryModel):
+    """Promising-tuple join: knobs (input sampling rate p, budget b per tuple).
+
+    recall = p² · (1 − exp(−b / b₀)); memory = p · memory_full; cpu = p · rate_in · (1 + b).
+    """
+
+    rate_in: float = 1.0
+    memory_full: float = 0.0
+    b0: float = 50.0
+    b_max: float = 1000.0
+    observations: list = field(default_factory=list)
+
+    dims = 2
+    names = ("sample_rate", "budget")
+
+    def bounds(self):
+        return [(P_MIN, 1.0), (1.0, self.b_max)]
+
+    def recall_budget(self, b):
+        return 1.0 - np.exp(-np.asarray(b, np.float64) / max(self.b0, 1e-9))
+
+    def evaluate(self, x):
+        p, b = float(np.clip(x[0], P_MIN, 1.0)), float(max(x[1], 0.0))
+        return float(p * p * self.recall_budget(b)), p * self.memory_full, p * self.rate_in * (1.0 + b)
+
+    def evaluate_grid(self, grid):
+        g = np.asarray(grid, np.float64)
+        p, b = np.clip(g[:, 0], P_MIN, 1.0), np.maximum(g[:, 1], 0.0)
+        return p * p * self.recall_budget(b), p * self.memory_full, p * self.rate_in * (1.0 + b)
+
+    def calibrate(self, budget: float, recall_given_input: float):
+        """Add a (budget, recall of the join on its sampled input) observation and refit b₀."""
+        r = float(recall_given_input)
+        if not (budget > 0 and 0 < r < 1):
+            return
+        self.observations.append((float(budget), r))
+        self.observations = self.observations[-50:]
+        b = np.array([o[0] for o in self.observations])
+        y = -np.log1p(-np.array([o[1] for o in self.observations]))      # = b / b0
+        self.b0 = float(np.clip((b * b).sum() / max((b * y).sum(), 1e-12), 1e-3, 1e6))
+
+
+def propagate(nodes: list, rates: dict, join_recall: Optional[float] = None) -> dict:
+    """Bottom-up (FP, FN) of a plan (STREAM §5.3): ``nodes`` are PlanNodes, ``rates`` the sampling
+    rate of each scan's source index; returns ``{id(node): {"recall", "fp"}}``.
+
+    scan: recall = rate; select / project / static_join / aggregate input: the child's;
+    join: the product of the children's recalls (× ``join_recall`` for a promising-tuple join);
+    distinct: the child's (a value is present if any copy is)."""
+    out = {}
+
+    def rec(n):
+        for c in n.children:
+            rec(c)
+        if n.kind == "scan":
+            r = float(rates.get(n.source, 1.0))
+        elif n.kind in ("join", "pt_join"):
+            r = float(np.prod([out[id(c)]["recall"] for c in n.children]))
+            if n.kind == "pt_join" and join_recall is not None:
+                r *= float(join_recall)
+        else:
+            r = out[id(n.children[0])]["recall"] if n.children else 1.0
+        out[id(n)] = {"recall": r, "fp": 0.0}
+    for root in nodes[:1]:
+        rec(root)
+    return out
+
+
+def normal_precision(sigma_rel: float, error: float) -> float:
+    """P(|N(0, σ²)| ≤ e) = 2 Φ(e / σ) − 1 (1 when σ = 0)."""
+    if sigma_rel <= 0:
+        return 1.0
+    return float(2 * _st.norm.cdf(error / sigma_rel) - 1)
+
+
+def z_for(conf: float) -> float:
+    return float(_st.norm.ppf(0.5 + conf / 2))
+
+
+def clamp_rate(p: float) -> float:
+    return float(min(1.0, max(P_MIN, p if math.isfinite(p) else 1.0)))

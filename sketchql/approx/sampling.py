@@ -1,0 +1,176 @@
+"""Input reduction: per-query samplers and per-stream load shedding, with inclusion probabilities.
+
+Both reduce what reaches the operators and record, per kept row, the
+probability ``π`` with which it was kept, so that estimators can scale by the
+Horvitz–Thompson weight ``w = 1 / π`` (:mod:`sketchql.approx.estimators`).
+
+* :func:`shed` -- **load shedding at a stream's input queue** (the stream knobs
+  ``sample_rate`` and ``shed_rate``, shared by every query on the stream):
+  a row is kept with probability ``π = sample_rate · (1 − shed_rate)``;
+  ``shed_key`` drops whole values (hash of that column, so a COUNT(DISTINCT)
+  over it stays binomial) and ``protect`` columns keep their outliers (rows
+  with ``|x|`` in the top ``protect_share`` of the batch are never dropped:
+  drops are placed where they cost least precision for SUM / AVG).  The kept
+  probability travels with the batch as the hidden column ``__pi``.
+* :class:`Sampler` -- **sampling at one query's input** (the query's own
+  queue, not shared): Bernoulli at ``rate`` (``mode="bernoulli"``) or universe
+  sampling on a column (``mode="universe"``: keep a row iff
+  ``hash(value) < rate · 2⁶⁴``: every copy of a value is kept or dropped
+  together), with an outlier index (rows whose aggregated column is in the
+  top ``outlier_share`` of the batch are kept with ``π = 1``).  It adds
+  ``__w = 1 / (π_query · __pi)``.
+
+Effects (documented on the knobs, :mod:`sketchql.approx.knobs`): memory and CPU
+of everything downstream scale with the kept share; the relative error grows
+like ``√((1 − π) / π)``.
+
+>>> import numpy as np
+>>> from sketchql.operators.changes import Batch
+>>> b = Batch({"x": np.arange(1000.0)}, ts=np.arange(1000.0))
+>>> s = Sampler(rate=0.1, seed=3, outlier_columns=("x",), outlier_share=0.01)
+>>> out = s(b)
+>>> 50 < len(out) < 160, bool((out.columns["__w"][out.columns["x"] >= 990] == 1).all())
+(True, True)
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..errors import SketchQLError
+from ..operators.changes import Batch
+from ..summaries.hashing import hash64
+
+__all__ = ["Sampler", "shed", "outlier_mask", "universe_keep", "PI_COLUMN", "W_COLUMN"]
+
+PI_COLUMN = "__pi"
+W_COLUMN = "__w"
+_TWO64 = float(2 ** 64)
+
+
+def universe_keep(values, rate: float, seed: int) -> np.ndarray:
+    """``hash(value) < rate · 2⁶⁴``: the same values are kept in every batch (and process)."""
+    if rate >= 1.0:
+        return np.ones(len(values), bool)
+    h = hash64(np.asarray(values), seed, where="universe sampling key")
+    return h.astype(np.float64) < rate * _TWO64
+
+
+def outlier_mask(cols: dict, columns: Sequence[str], share: float, state: Optional[dict] = None) -> Optional[np.ndarray]:
+    """Rows whose ``|x|`` is at least the ``1 − share`` quantile of the batch, for any of ``columns``.
+
+    ``state`` keeps the last threshold per column (used for batches too small to
+    estimate it: fewer than ``2 / share`` rows)."""
+    if share <= 0 or not columns:
+        return None
+    m = None
+    for c in columns:
+        if c not in cols:
+            continue
+        x = np.abs(np.asarray(cols[c], np.float64))
+        ok = np.isfinite(x)
+        if ok.sum() >= 2.0 / share:
+            tau = float(np.quantile(x[ok], 1.0 - share))
+            if state is not None:
+                state[c] = tau
+        elif state is not None and c in state:
+            tau = state[c]
+        else:
+            continue
+        mc = ok & (x >= tau)
+        m = mc if m is None else (m | mc)
+    return m
+
+
+def shed(b: Batch, sample_rate: float, shed_rate: float, rng: np.random.Generator, *,
+         key: Optional[str] = None, protect: Sequence[str] = (), protect_share: float = 0.01,
+         seed: int = 0, state: Optional[dict] = None) -> Batch:
+    """Stream-level reduction (module doc); returns the kept rows with ``__pi`` when anything may drop."""
+    keep_p = float(sample_rate) * (1.0 - float(shed_rate))
+    if keep_p >= 1.0 or not len(b):
+        return b
+    n = len(b)
+    pi = np.full(n, keep_p)
+    if key is not None:
+        if key not in b.columns:
+            raise SketchQLError(f"shed_key {key!r} is not a column of the stream (columns: {b.names})")
+        mask = universe_keep(b.columns[key], keep_p, seed)
+    else:
+        mask = rng.random(n) < keep_p
+        om = outlier_mask(b.columns, protect, protect_share, state)
+        if om is not None:
+            mask |= om
+            pi[om] = 1.0
+    cols = dict(b.columns)
+    if PI_COLUMN in cols:
+        pi = pi * cols[PI_COLUMN]
+    cols[PI_COLUMN] = pi
+    return Batch(cols, ts=b.ts).take(mask)
+
+
+class Sampler:
+    """A query's input sampler (module doc).  Call it on a batch; knobs ``rate``, ``mode``,
+    ``key``, ``outlier_columns``, ``outlier_share`` may change between calls.
+
+    ``rate`` = 1 keeps everything (the rows still get ``__w``, 1 / ``__pi``).
+    """
+
+    def __init__(self, rate: float = 1.0, mode: str = "bernoulli", key: Optional[str] = None,
+                 outlier_columns: Sequence[str] = (), outlier_share: float = 0.01, seed: int = 0,
+                 hash_seed: int = 0):
+        if mode not in ("bernoulli", "universe"):
+            raise SketchQLError(f"sampler mode must be bernoulli or universe, got {mode!r}")
+        if mode == "universe" and key is None:
+            raise SketchQLError("universe sampling needs a key column")
+        self.set_rate(rate)
+        self.mode = mode
+        self.key = key
+        self.outlier_columns = tuple(outlier_columns)
+        self.outlier_share = float(outlier_share)
+        self.hash_seed = int(hash_seed)
+        self._rng = np.random.default_rng(seed)
+        self._tau: dict = {}
+        self.rows_in = 0
+        self.rows_kept = 0
+
+    def set_rate(self, rate: float):
+        r = float(rate)
+        if not 0.0 < r <= 1.0:
+            raise SketchQLError(f"sampling rate must be in (0, 1], got {rate!r}")
+        self.rate = r
+
+    def __call__(self, b: Batch) -> Batch:
+        n = len(b)
+        self.rows_in += n
+        cols = dict(b.columns)
+        pi_in = np.asarray(cols.pop(PI_COLUMN), np.float64) if PI_COLUMN in cols else np.ones(n)
+        pi = np.full(n, self.rate)
+        if self.rate >= 1.0:
+            mask = None
+        elif self.mode == "universe":
+            mask = universe_keep(cols[self.key], self.rate, self.hash_seed)
+        else:
+            mask = self._rng.random(n) < self.rate
+            om = outlier_mask(cols, self.outlier_columns, self.outlier_share, self._tau)
+            if om is not None:
+                mask |= om
+                pi[om] = 1.0
+        cols[W_COLUMN] = 1.0 / (pi * pi_in)
+        out = Batch(cols, ts=b.ts)
+        if mask is not None:
+            out = out.take(mask)
+        self.rows_kept += len(out)
+        return out
+
+    def knobs(self) -> dict:
+        return {"sample_rate": self.rate, "sample_mode": self.mode, "sample_key": self.key,
+                "outlier_share": self.outlier_share}
+
+
+def stream_keep_fn(handle) -> Callable[[], float]:
+    """The keep probability of a stream handle's current knobs (for universe-sampled distinct counts)."""
+    def f():
+        k = handle.knobs()
+        return float(k.get("sample_rate", 1.0)) * (1.0 - float(k.get("shed_rate", 0.0) or 0.0))
+    return f
