@@ -47,6 +47,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__ as _VERSION
+from .dashboard import dashboard_redirect, router as dashboard_router
 from .demo import DemoFeeder
 from .errors import ApiError, limit_exceeded
 from .ingest import parse_batch
@@ -136,6 +137,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     app = FastAPI(title="sketchql", version=_VERSION, lifespan=lifespan,
                   description="Approximate continuous queries over data streams.")
     app.state.sketchql = state
+    app.include_router(dashboard_router)   # /dashboard: the error-metrics page (sketchql.service.dashboard)
 
     # -- errors --------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -167,7 +169,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
 
     # -- overview ------------------------------------------------------------------------
     @app.get("/")
-    def root():
+    def root(request: Request):
+        if (page := dashboard_redirect(request)) is not None:   # a browser lands on /dashboard
+            return page
         return {"service": "sketchql", "version": _VERSION, "endpoints": ENDPOINTS,
                 "demo": feeder.status() if feeder else None,
                 "try": ["GET /queries", "GET /queries/1/results?since=0&limit=20",

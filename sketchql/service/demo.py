@@ -7,11 +7,14 @@ On start it declares::
     CREATE SUMMARY s1 ON Store1 (ItemID) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)
     CREATE SUMMARY s2 ON Store2 (ItemID) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)
 
-and registers :data:`DEMO_QUERIES` (a windowed equi-join, evaluated EXACT, a
-grouped aggregate, a sliding count/sum, and the paper's Figure 6 query: a
-``WITH PREFERENCE desc`` promising-tuple join over a one-minute window on a
-budget of 50 probes per tuple, whose pairs are exact matches found most
-frequent first).  The data is the seeded retail
+and registers :data:`DEMO_QUERIES`: a windowed equi-join, evaluated EXACT, a
+grouped aggregate, a sliding count/sum, and the three standing queries the
+dashboard leads with (:data:`DASHBOARD_QUERIES`) -- the paper's Figure 6
+query, a ``WITH PREFERENCE desc`` promising-tuple join over a one-minute
+window on a budget of 50 probes per tuple, whose pairs are exact matches
+found most frequent first; the same join ``WITH PREFERENCE asc`` (the
+outliers: rarest join values first); and ``AVG(Price)`` over a sliding
+minute ``WITH ERROR 0.05 CONFIDENCE 0.95``.  The data is the seeded retail
 generator of :mod:`sketchql.data` (Zipf item popularity with drift,
 exponential inter-arrival times, mean 100 ms per store), generated once up
 front for ``max_tuples`` tuples in total: memory is bounded by that and by
@@ -52,7 +55,18 @@ DEMO_QUERIES = [
     "SELECT S1.ItemID, S1.ts AS t1, S2.ts AS t2 FROM Store1 S1, Store2 S2 WHERE S1.ItemID = S2.ItemID "
     "WITH PREFERENCE desc SUMMARY.Estimate.Count(S1.ItemID), SUMMARY.Estimate.Count(S2.ItemID) "
     "FADE FACTOR 0.8 WINDOW 1 MINUTE WITHIN 50 PROBES PER TUPLE",
+    # the outliers: the same join, rarest join values first
+    "SELECT S1.ItemID, S1.ts AS t1, S2.ts AS t2 FROM Store1 S1, Store2 S2 WHERE S1.ItemID = S2.ItemID "
+    "WITH PREFERENCE asc SUMMARY.Estimate.Count(S1.ItemID), SUMMARY.Estimate.Count(S2.ItemID) "
+    "FADE FACTOR 0.8 WINDOW 1 MINUTE WITHIN 50 PROBES PER TUPLE",
+    # an aggregate under an error contract (relative error 5 % at 95 % confidence)
+    "SELECT AVG(Price) AS avg_price FROM Store1 [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+    "WITH ERROR 0.05 CONFIDENCE 0.95",
 ]
+
+#: the ids (1-based, in registration order) of the three standing queries the dashboard leads with:
+#: the desc PT-Join, the asc (outlier) PT-Join and the AVG with an error contract
+DASHBOARD_QUERIES = (4, 5, 6)
 
 
 def _numpy_stores(n_per_store: int, mean_ia: float, seed: int):
