@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SketchQLError
 from ..changes import Batch, Changes, as_batch, mix_rids
-from ._keys import expand_matches, joint_codes
+from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
 from .base import Operator, WK, STR
 
 __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
@@ -17,9 +17,11 @@ __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
 class _State:
     """One input's live rows: columns, ts, rid, lifetime [start, end)."""
 
-    __slots__ = ("cols", "ts", "rid", "start", "end", "new", "touched")
+    __slots__ = ("cols", "ts", "rid", "start", "end", "new", "touched", "fps", "keycols")
 
-    def __init__(self):
+    def __init__(self, keycols=()):
+        self.keycols = list(dict.fromkeys(keycols))   # join columns: fingerprinted once, on arrival
+        self.fps = {c: (np.empty(0, np.int64), np.empty(0, bool)) for c in self.keycols}
         self.cols = None
         self.ts = np.empty(0)
         self.rid = np.empty(0, np.int64)
@@ -42,6 +44,12 @@ class _State:
                 self.cols = {k: v[:0] for k, v in rows.columns.items()}
             elif list(rows.columns) != list(self.cols):
                 raise SketchQLError(f"{where}: columns {rows.names} differ from earlier {list(self.cols)}")
+            for c in self.keycols:
+                if c not in rows.columns:
+                    raise SketchQLError(f"join column {c!r} not in {where} (columns {rows.names})")
+                fp, null = fingerprints([rows.columns[c]])
+                ofp, onull = self.fps[c]
+                self.fps[c] = (np.concatenate([ofp, fp]), np.concatenate([onull, null]))
             self.cols = {k: np.concatenate([self.cols[k], rows.columns[k]]) for k in self.cols}
             self.ts = np.concatenate([self.ts, rows.ts])
             self.rid = np.concatenate([self.rid, ch.rid[plus]])
@@ -70,6 +78,7 @@ class _State:
     def purge(self):
         keep = np.isinf(self.end)
         if not keep.all():
+            self.fps = {c: (f[keep], nl[keep]) for c, (f, nl) in self.fps.items()}
             self.cols = {k: v[keep] for k, v in self.cols.items()}
             self.ts, self.rid = self.ts[keep], self.rid[keep]
             self.start, self.end = self.start[keep], self.end[keep]
@@ -122,7 +131,11 @@ class MJoin(Operator):
         self.probe_orders = {i: [j for j in range(n_inputs) if j != i] for i in range(n_inputs)}
         for i, o in (probe_orders or {}).items():
             self.set_probe_order(i, o)
-        self._states = [_State() for _ in range(n_inputs)]
+        keycols = {i: [] for i in range(n_inputs)}
+        for (i, ci), (j, cj) in self.conditions:
+            keycols[i].append(ci)
+            keycols[j].append(cj)
+        self._states = [_State(keycols[i]) for i in range(n_inputs)]
         self._out_names = None
 
     def set_probe_order(self, i: int, order: Sequence[int]):
@@ -157,14 +170,14 @@ class MJoin(Operator):
             return Changes.empty()
         if self._out_names is None:
             self._out_names = self._names()
-        # joint key codes per condition over the full states
+        # key fingerprints per condition, kept in the states (computed once per row on arrival);
+        # a NULL/NaN key gets a sentinel of its side, so it never equals anything (SQL)
         ccodes = []
         for (a, ca), (b, cb) in self.conditions:
-            for k, c in ((a, ca), (b, cb)):
-                if c not in S[k].cols:
-                    raise SketchQLError(f"join column {c!r} not in input {k} (columns {list(S[k].cols)})")
-            xa, xb = joint_codes([[S[a].cols[ca]], [S[b].cols[cb]]])
-            ccodes.append({a: xa, b: xb})
+            fa, na = S[a].fps[ca]
+            fb, nb = S[b].fps[cb]
+            ccodes.append({a: np.where(na, _NULL_FP ^ 1, fa) if na.any() else fa,
+                           b: np.where(nb, _NULL_FP ^ 2, fb) if nb.any() else fb})
         sorted_cache = {}
         parts = []
         for i in range(self.n_inputs):
@@ -219,37 +232,51 @@ class MJoin(Operator):
                 bound.append(j)
             if len(s_) and len(bound) == self.n_inputs:
                 parts.append((idx, s_, e_))
-        outs = []
-        for idx, s_, e_ in parts:
-            anynew = np.zeros(len(s_), bool)
-            for k, v in idx.items():
-                anynew |= S[k].new[v]
-            live = s_ < e_
-            plus = anynew & live
-            minus = ~np.isinf(e_) & (live | ~anynew)
-            sel = plus | minus
-            if not sel.any():
-                continue
-            cols = {}
-            for k in range(self.n_inputs):
-                v = idx[k][sel]
-                for c, arr in S[k].cols.items():
-                    cols[self.prefixes[k] + c] = arr[v]
-            ts = np.max(np.stack([S[k].ts[idx[k][sel]] for k in range(self.n_inputs)]), axis=0)
-            rid = mix_rids(*[S[k].rid[idx[k][sel]] for k in range(self.n_inputs)])
-            rows = Batch(cols, ts=ts)
-            p, m = plus[sel], minus[sel]
-            ip, im = np.flatnonzero(p), np.flatnonzero(m)
-            outs.append(Changes(Batch.concat([rows.take(ip), rows.take(im)]),
-                                np.concatenate([np.ones(len(ip), np.int8), -np.ones(len(im), np.int8)]),
-                                np.concatenate([s_[sel][ip], e_[sel][im]]),
-                                np.concatenate([rid[ip], rid[im]]), sort=False))
-        for s in S:
-            s.purge()
-        if not outs:
+        out = self._emit(parts) if parts else None
+        for st in S:
+            st.purge()
+        if out is None:
             return Changes.empty(self._out_names)
-        out = Changes.concat(outs)
-        return Changes(out.rows, out.sign, out.at, out.rid)   # sort by (at, sign)
+        return out
+
+    def _emit(self, parts):
+        """+ at max start for composites with a new member, − at min end for retracted ones,
+        gathered once in (at, sign) order (one lexsort, one fancy index per column)."""
+        S = self._states
+        K = self.n_inputs
+        if len(parts) == 1:
+            idx, s_, e_ = parts[0]
+        else:
+            idx = {k: np.concatenate([p[0][k] for p in parts]) for k in range(K)}
+            s_ = np.concatenate([p[1] for p in parts])
+            e_ = np.concatenate([p[2] for p in parts])
+        anynew = S[0].new[idx[0]]
+        for k in range(1, K):
+            anynew = anynew | S[k].new[idx[k]]
+        live = s_ < e_
+        fin = ~np.isinf(e_)
+        ip = np.flatnonzero(anynew & live)
+        im = np.flatnonzero(fin & (live | ~anynew))
+        if not len(ip) and not len(im):
+            return None
+        # retractions first, then a stable sort on the time: (at, sign) order in one pass
+        comp = np.concatenate([im, ip])
+        at = np.concatenate([e_[im], s_[ip]])
+        sign = np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)])
+        o = np.argsort(at, kind="stable")
+        comp, at, sign = comp[o], at[o], sign[o]
+        cols = {}
+        ts = None
+        rids = []
+        for k in range(K):
+            v = idx[k][comp]
+            st = S[k]
+            for c, arr in st.cols.items():
+                cols[self.prefixes[k] + c] = arr[v]
+            t = st.ts[v]
+            ts = t if ts is None else np.maximum(ts, t)
+            rids.append(st.rid[v])
+        return Changes(Batch(cols, ts=ts), sign, at, mix_rids(*rids), sort=False)
 
 
 class SymmetricHashJoin(MJoin):
