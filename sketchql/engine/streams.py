@@ -26,7 +26,7 @@ class StreamHandle:
         self.batches = 0
         self.rejected_batches = 0
         self.heartbeats = 0
-        self._knobs = {"sample_rate": 1.0, "allowed_lateness": 0.0}
+        self._knobs = {"sample_rate": 1.0, "allowed_lateness": 0.0, "shed_rate": 0.0, "shed_key": None}
         self._rng = np.random.default_rng(seed)
         self._distinct_sample: dict = {}
 
@@ -43,6 +43,15 @@ class StreamHandle:
         "allowed_lateness": Knob("allowed_lateness", 0.0, "float", lo=0.0,
                                  doc="seconds a tuple may be older than the stream clock and still be accepted",
                                  effect={"memory": 0, "cpu": 0, "precision": 1}),
+        # load shedding at the input queue (applied by sketchql.engine.precision; see sketchql.approx.sampling)
+        "shed_rate": Knob("shed_rate", 0.0, "float", lo=0.0, hi=1.0, hi_open=True,
+                          doc="share of pushed tuples dropped at the input (seeded; outliers of approximate "
+                              "SUM/AVG columns are kept); approximate queries scale by the keep probability",
+                          effect={"memory": -1, "cpu": -1, "precision": -1}),
+        "shed_key": Knob("shed_key", None, "str", nullable=True,
+                         doc="shed whole values of this column (hash), so COUNT(DISTINCT) over it stays "
+                             "unbiased; null = drop random tuples",
+                         effect={"memory": 0, "cpu": 0, "precision": 0}),
     }
 
     def knobs(self) -> dict:
