@@ -85,10 +85,14 @@ def test_desc_beats_shj_on_output(join_results):
 
 
 def test_asc_output_is_mostly_outliers(join_results):
-    asc, shj = join_results["asc"], join_results["shj"]
-    assert asc["outlier_precision"] >= 0.6
+    # outliers first, then (budget left) the rest: the share of outliers is far above
+    # SHJ's, and asc finds several times more outlier pairs than desc or SHJ
+    asc, shj, desc = join_results["asc"], join_results["shj"], join_results["desc"]
+    assert asc["outlier_precision"] >= 0.4
     assert asc["outlier_precision"] > 5 * shj["outlier_precision"]
-    assert asc["n_produced"] < join_results["desc"]["n_produced"]
+    n_out = {k: r["n_produced"] * r["outlier_precision"] for k, r in (("asc", asc), ("shj", shj), ("desc", desc))}
+    assert n_out["asc"] > 3 * max(n_out["shj"], n_out["desc"])
+    assert asc["n_produced"] < desc["n_produced"]
 
 
 def test_weighted_is_a_faithful_sample():

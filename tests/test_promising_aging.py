@@ -121,6 +121,9 @@ def test_entries_whose_partners_all_expired_are_dropped_unprobed(source):
     opts = {"zone_seconds": 1.0, "t1": 1.0} if source == "mini" else {"granularity": 1.0}
     op = PTJoin(window=10.0, preference="desc", source=source, source_options=opts)
     arr = _arrivals([(1, 0.2, 7), (1, 0.5, 7), (0, 9.0, 7), (0, 12.0, 99), (0, 12.5, 98)])
+    # set-up without a budget: ingest and queue everything (admission off), probe nothing
+    op.admit_ingest = lambda batch, income, fraction=None: None
+    op.admit_plan = lambda batch, sides: sides
     op.tick(arr.take([0, 1]), np.zeros(2))
     op.tick(arr.take([2]), np.zeros(1))       # x = (a, 9.0, 7) queued, no budget to probe it
     assert len(op.queue) > 0 and op.stats()["probes"] == 0
@@ -131,7 +134,7 @@ def test_entries_whose_partners_all_expired_are_dropped_unprobed(source):
     assert st["discarded_partners_expired"] >= 1
     # the exact window join at 12.5 has no live pair either; with the budget in time it is found
     op2 = PTJoin(window=10.0, preference="desc", source=source, source_options=opts)
-    op2.tick(arr.take([0, 1]), np.zeros(2))
+    op2.tick(arr.take([0, 1]), np.full(2, 2.0))   # two inserts' worth: both ingested
     op2.tick(arr.take([2]), np.full(1, 1e6))
     a, b = op2.pairs()
     ea, eb = exact_join_pairs(arr.take([0, 1, 2]), 10.0)

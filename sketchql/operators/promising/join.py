@@ -78,6 +78,7 @@ from ...summaries.hashing import hash64
 from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
+from .admission import chunk_span, ingest_fraction, keep_mask, plan_count, plan_rows, time_chunks
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 
@@ -149,6 +150,9 @@ class PTJoin(PairOutput):
         self.probe_batch = probe_batch
         self._sec_per_unit = None   # wall clock: measured seconds per estimated work unit
         self._mean_cost = 16.0      # recent mean estimated units per entry (batch sizing)
+        self._plan_cost = 1.0       # recent mean units of planning per arrival (admission)
+        self._sec_insert = None     # wall clock: measured seconds per ingested tuple
+        self._starved = False       # arrivals went unplanned for lack of budget: keep the account
         self.aging = self._aging_rate(aging)
         self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS, aging=self.aging)
         self.account = 0.0
@@ -164,7 +168,8 @@ class PTJoin(PairOutput):
         self._asc_thr = math.inf
         self._stats = {"work": 0.0, "insert_work": 0.0, "node_work": 0.0, "probes": 0, "compares": 0,
                        "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
-                       "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0}
+                       "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0,
+                       "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -186,26 +191,104 @@ class PTJoin(PairOutput):
 
     def tick(self, batch, allowance) -> None:
         """Ingest a batch of arrivals, queue their promising regions, then
-        probe the queue with the batch's budget (``allowance`` per arrival)."""
-        self.account += float(np.sum(allowance))
+        probe the queue with the batch's budget (``allowance`` per arrival).
+        What may be started is decided by :mod:`.admission` (ingest share,
+        arrivals planned); a batch spanning more than the index keeps beyond
+        the window is processed in time chunks (:func:`.admission.time_chunks`)."""
+        allowance = np.broadcast_to(np.asarray(allowance, np.float64), (len(batch),))
         if len(batch) == 0:
+            self._credit(float(np.sum(allowance)))
             return
-        t = time.perf_counter() if self.wall else 0.0
-        sides = self.ingest(batch)
-        self.charge_ingest(sides)
-        self.plan(batch, sides)
-        if self.wall:
-            self.account -= time.perf_counter() - t
-        self.drain()
+        for a, b in time_chunks(batch.ts, chunk_span(self.sources, self.window)):
+            part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
+            self._tick_one(part, allowance[a:b])
 
-    def ingest(self, batch):
-        """Step 1 (Summarize): put the batch into the sources; returns
-        ``[(side, rows of the batch)]``.  Not charged (see ``charge_ingest``)."""
+    def _tick_one(self, batch, allowance) -> None:
+        income = float(np.sum(allowance))
+        self._credit(income)
+        clock = time.perf_counter
+        t = clock() if self.wall else 0.0
+        keep = self.admit_ingest(batch, income)
+        sides = self.ingest(batch, keep)
+        self.charge_ingest(sides)
+        if self.wall:
+            t2 = clock()
+            self._calibrate_ingest(t2 - t, sum(r.shape[0] for _, r in sides))
+            self.account -= t2 - t
+            t = t2
+        self.plan(batch, self.admit_plan(batch, sides))
+        if self.wall:
+            self.account -= clock() - t
+        self.drain()
+        self._note_debt()
+
+    def _credit(self, units: float) -> None:
+        self.account += units
+        self._stats["allowance"] += units
+
+    def _note_debt(self) -> None:
+        if self.account < 0:
+            self._stats["debt_max"] = max(self._stats["debt_max"], -self.account)
+
+    def _calibrate_ingest(self, seconds: float, n: int) -> None:
+        if n > 0:
+            r = seconds / n
+            self._sec_insert = r if self._sec_insert is None else 0.8 * self._sec_insert + 0.2 * r
+
+    def _insert_price(self) -> float:
+        if self.wall:
+            return self._sec_insert or 0.0
+        return COSTS["insert"]
+
+    def admit_ingest(self, batch, income: float, fraction: float | None = None):
+        """Rows of ``batch`` to ingest (None = all): :func:`.admission.ingest_fraction`
+        of the tick's income and account, chosen by :func:`.admission.keep_mask`."""
+        f = ingest_fraction(income, len(batch), self._insert_price()) if fraction is None else fraction
+        keep = keep_mask(getattr(batch, self.key), batch.seq, f, self.seed, self.preference != "weighted")
+        if keep is not None:
+            self._stats["shed"] += int((~keep).sum())
+        return keep
+
+    def admit_plan(self, batch, sides):
+        """The arrivals to plan: all of those ingested while their planning takes
+        at most half the account, else a seeded uniform sample
+        (:func:`.admission.plan_count`); the rest are counted in ``unplanned``."""
+        n = sum(r.shape[0] for _, r in sides)
+        if n == 0:
+            return sides
+        if self.wall:
+            rate = self._sec_per_unit
+            if rate is None:
+                return sides
+            pc = self._plan_cost * rate
+        else:
+            pc = self._plan_cost
+        k = plan_count(self.account, n, pc)
+        if k >= n:
+            return sides
+        self._stats["unplanned"] += n - k
+        self._starved = True
+        rows = np.concatenate([r for _, r in sides])
+        side_of = np.concatenate([np.full(r.shape[0], sd) for sd, r in sides])
+        pick = plan_rows(batch.seq[rows], k, self.seed)
+        out = []
+        for sd, _ in sides:
+            m = pick[side_of[pick] == sd]
+            if m.shape[0]:
+                out.append((sd, np.sort(rows[m])))
+        return out
+
+    def ingest(self, batch, keep=None):
+        """Step 1 (Summarize): put the batch (the rows of ``keep``, default
+        all) into the sources; returns ``[(side, rows of the batch)]``.  Not
+        charged (see ``charge_ingest``)."""
         self.now = max(self.now, float(batch.ts[-1]))
         keys = getattr(batch, self.key)
         sides = []
         for side, s in enumerate(self.streams):
             m = batch.stream == s
+            if keep is not None:
+                m = m & keep
             if m.any():
                 rows = np.flatnonzero(m)
                 sides.append((side, rows))
@@ -225,12 +308,16 @@ class PTJoin(PairOutput):
         self.now = max(self.now, float(batch.ts[-1]))
         self._t0 = max(self._t0, float(batch.ts[0]))
         keys = getattr(batch, self.key)
+        w0 = self._stats["node_work"]
+        n_planned = 0
         for side, rows in sides:
             other = self.sources[1 - side]
             vals = keys[rows]
             ts = batch.ts[rows]
+            n_planned += rows.shape[0]
             t_from = float(ts.min()) - self.window if math.isfinite(self.window) else -math.inf
-            ck = ("regions", side, t_from, self.fade)
+            # the rows are part of the key: queries of a group may plan different samples
+            ck = ("regions", side, t_from, self.fade, rows.shape[0], int(rows[0]), int(rows[-1]), int(rows.sum()))
             if cache is not None and ck in cache:
                 res = cache[ck]
             else:
@@ -240,9 +327,9 @@ class PTJoin(PairOutput):
             probe, cell, est, gran, prio, size, nodes = res
             self._charge(COSTS["node"] * nodes, "node_work")
             admitted = np.ones(rows.shape[0], bool)
+            tier = None
             if self.preference == "asc":
-                prio, keep, admitted = self._asc_priority(side, vals, probe, gran, t_from, cache)
-                probe, cell, gran, prio, size = probe[keep], cell[keep], gran[keep], prio[keep], size[keep]
+                prio, tier = self._asc_priority(side, vals, probe, gran, t_from, cache, ck)
             if probe.shape[0]:
                 r = rows[probe]
                 cols = {"rid": batch.seq[r], "ts": batch.ts[r], "val": keys[r],
@@ -255,7 +342,7 @@ class PTJoin(PairOutput):
                         strata = hash64(keys[r], self.seed, "join keys") ^ \
                             (gran.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
                 self._stats["entries"] += self.queue.push(cols, prio, 1.0 + size, batch.seq[r], wgt,
-                                                         t=batch.ts[r], stratum=strata)
+                                                         t=batch.ts[r], stratum=strata, tier=tier)
             # the "when idle" sweep of each admitted probe's non-promising cells
             r = rows[admitted]
             if r.shape[0]:
@@ -285,6 +372,8 @@ class PTJoin(PairOutput):
                         j = int(pos_of_row[ps[a]])
                         if j >= 0:
                             self._covered[base + j] = cs[a:b_]
+        if n_planned:   # measured planning cost per arrival (admission, see admit_plan)
+            self._plan_cost = 0.7 * self._plan_cost + 0.3 * (self._stats["node_work"] - w0) / n_planned
         self._ticks += 1
         if self._ticks % 256 == 0 and math.isfinite(self.window):
             E = self.queue.arrays()
@@ -304,17 +393,20 @@ class PTJoin(PairOutput):
                 else:
                     self._dedup = PairSet()
 
-    def _asc_priority(self, side, vals, probe, gran, t_from, cache=None):
+    def _asc_priority(self, side, vals, probe, gran, t_from, cache=None, ck=None):
         """asc: the preference function is the value's estimated count in the
         window of *both* streams (``Estimate.Count(S1.v) + Estimate.Count(S2.v)``),
         faded so that older granularities come later (``count / alpha^(i-1)``,
-        ascending).  The preferred answer set is the outliers: a probe is
-        admitted only if its count is within the lowest ``outlier_quantile`` of
-        the counts of recent *output-weighted* probes (each probe weighted by
-        its estimated number of matches, i.e. the quantile over the output
-        tuples' frequencies).  Costs one ``node`` per distinct value and stream."""
+        ascending).  The preferred answer set is the outliers: a probe is an
+        outlier if its count is within the lowest ``outlier_quantile`` of the
+        counts of recent *output-weighted* probes (each probe weighted by its
+        estimated number of matches, i.e. the quantile over the output tuples'
+        frequencies).  Outliers' entries are queued in tier 0, every other
+        entry in tier 1 (:meth:`EntryQueue.push`): outliers first, and with a
+        budget that covers everything the whole join.  Costs one ``node`` per
+        distinct value and stream.  Returns (priority, tier) per region row."""
         uv, inv = np.unique(vals, return_inverse=True)
-        ck = ("totals", side, t_from)
+        ck = ("totals",) + tuple(ck[1:]) if ck is not None else ("totals", side, t_from)
         if cache is not None and ck in cache:
             own, oth = cache[ck]
         else:
@@ -336,14 +428,21 @@ class PTJoin(PairOutput):
                 cw = np.cumsum(aw[o])
                 k = int(np.searchsorted(cw, self.outlier_quantile * cw[-1], side="left"))
                 self._asc_thr = float(at[o][min(k, o.shape[0] - 1)])
-        admitted = (tot <= self._asc_thr + 1e-9) & (wgt >= 0.5)
-        t = tot[probe]
-        keep = admitted[probe]
-        prio = t / np.power(self.fade, (gran - 1).astype(np.float64))
-        return prio, keep, admitted
+        outlier = (tot <= self._asc_thr + 1e-9) & (wgt >= 0.5)
+        prio = tot[probe] / np.power(self.fade, (gran - 1).astype(np.float64))
+        return prio, (~outlier[probe]).astype(np.int8)
 
     def finish(self) -> None:
         pass
+
+    def _idle(self) -> None:
+        """Nothing left to probe: idle time cannot be banked -- unless arrivals
+        went unplanned for lack of budget (admit_plan), then the account is
+        kept until one can be planned."""
+        if self._starved:
+            self._starved = False
+        else:
+            self.account = min(self.account, 0.0)
 
     def _charge(self, units, what=None):
         if not self.wall:
@@ -397,7 +496,7 @@ class PTJoin(PairOutput):
             return self._drain_serial()
         if self.account <= 0 or not len(self.queue):
             if not len(self.queue):
-                self.account = min(self.account, 0.0)  # idle time cannot be banked
+                self._idle()
             return
         E = self.queue.arrays()
         w = self.window
@@ -430,7 +529,7 @@ class PTJoin(PairOutput):
                     self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
         self._mean_cost = mean_cost
         if not len(self.queue):
-            self.account = min(self.account, 0.0)
+            self._idle()
 
     def _probe_batch(self, E, ids, horizon, need):
         """Probe the prefix of ``ids`` whose estimated cost reaches ``need``;
@@ -455,7 +554,17 @@ class PTJoin(PairOutput):
             if m.shape[0]:
                 gone[m] = self.sources[1 - sd].cell_end_many(cell[m]) <= t_lo[m]
         live = reg & ~gone
-        est[live] = COSTS["probe"] + COSTS["compare"] * E["size"][ids[live]]
+        size = E["size"][ids]
+        for sd in (0, 1):   # the cells' sizes now (they may have grown since queued)
+            src = self.sources[1 - sd]
+            m = np.flatnonzero(live & (side == sd))
+            if m.shape[0] and hasattr(src, "cell_sizes_many"):
+                size[m] = src.cell_sizes_many(cell[m], val[m])
+        est[live] = COSTS["probe"] + COSTS["compare"] * size[live]
+        # what is looked up without a scan is charged too: one node per dropped
+        # entry (its time / its cell's newest time) and per sweep (the zone list)
+        look = np.where(~alive | gone | (alive & (kind != 0)), COSTS["node"], 0.0)
+        est += look
         # sweep entries: their remaining cells (those not queued as regions)
         s_row = s_cell = np.zeros(0, np.int64)
         if swp.shape[0]:
@@ -481,12 +590,16 @@ class PTJoin(PairOutput):
             if rows:
                 s_row, s_cell = np.concatenate(rows), np.concatenate(cells)
                 np.add.at(est, s_row, np.concatenate(costs))
-        # the prefix of the batch whose estimate reaches the account
-        cum_before = np.cumsum(est) - est
-        took = max(1, int(np.searchsorted(cum_before, need, "left"))) if math.isfinite(need) else n
+        # the longest prefix of the batch whose cost fits the account, at least
+        # one entry (the carried debt: below that one entry's cost)
+        cum = np.cumsum(est)
+        took = max(1, int(np.searchsorted(cum, need, "right"))) if math.isfinite(need) else n
         took = min(took, n)
         st = self._stats
         st["batches"] += 1
+        lk = float(look[:took].sum())
+        if lk:
+            self._charge(lk, "lookup_work")
         st["discarded"] += int((~alive[:took]).sum())
         st["discarded_partners_expired"] += int(gone[:took].sum())
         st["sweeps"] += int((swp < took).sum())
@@ -555,7 +668,7 @@ class PTJoin(PairOutput):
         """Reference path (``probe_batch=1``): one queue entry per iteration."""
         if self.account <= 0 or not len(self.queue):
             if not len(self.queue):
-                self.account = min(self.account, 0.0)  # idle time cannot be banked
+                self._idle()
             return
         E = self.queue.arrays()
         e_rid, e_ts, e_val, e_side, e_cell, e_kind = E["rid"], E["ts"], E["val"], E["side"], E["cell"], E["kind"]
@@ -575,6 +688,7 @@ class PTJoin(PairOutput):
             x_ts = float(e_ts[e])
             if x_ts <= horizon:
                 self._stats["discarded"] += 1
+                self._charge(COSTS["node"], "lookup_work")
                 self._covered.pop(e, None)
                 continue
             side = int(e_side[e])
@@ -584,10 +698,12 @@ class PTJoin(PairOutput):
                 cells = (int(e_cell[e]),)
                 if src.cell_end(cells[0]) <= t_lo:
                     self._stats["discarded_partners_expired"] += 1
+                    self._charge(COSTS["node"], "lookup_work")
                     continue
             else:
                 cells = src.rest_cells(e_val[e], t_lo, x_ts, self._covered.pop(e, ()))
                 self._stats["sweeps"] += 1
+                self._charge(COSTS["node"], "lookup_work")
             for c in cells:
                 y_rid, y_ts, comps = src.scan(c, e_val[e], t_lo, x_ts)
                 self._charge(COSTS["probe"] + COSTS["compare"] * comps)
@@ -598,7 +714,7 @@ class PTJoin(PairOutput):
         if wall:
             self.account -= clock() - last
         if not len(self.queue):
-            self.account = min(self.account, 0.0)
+            self._idle()
 
     def _emit(self, x_rid, x_ts, side, y_rid, y_ts, val) -> None:
         ok = y_rid < x_rid
@@ -675,24 +791,46 @@ class PTJoinGroup:
             q.set_wall_clock(on)
 
     def tick(self, batch, allowance) -> None:
-        units = float(np.sum(allowance))
+        allowance = np.broadcast_to(np.asarray(allowance, np.float64), (len(batch),))
         if len(batch) == 0:
+            units = float(np.sum(allowance))
             for q, sh in zip(self.queries, self.shares):
-                q.account += units * sh
+                q._credit(units * sh)
             return
+        span = min(chunk_span(q.sources, q.window) for q in self.queries)
+        for a, b in time_chunks(batch.ts, span):
+            part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
+            self._tick_one(part, allowance[a:b])
+
+    def _tick_one(self, batch, allowance) -> None:
+        """One chunk: the lead ingests once (the share of :mod:`.admission`
+        that every query's account can pay), each query is charged its share
+        of it, plans what its own account admits and probes."""
+        units = float(np.sum(allowance))
+        for q, sh in zip(self.queries, self.shares):
+            q._credit(units * sh)
         clock = time.perf_counter
+        lead = self._lead
+        n = len(batch)
+        f = min(ingest_fraction(units * sh, n, q._insert_price() * sh) for q, sh in zip(self.queries, self.shares))
         t = clock()
-        sides = self._lead.ingest(batch)
+        keep = lead.admit_ingest(batch, units, fraction=f)
+        sides = lead.ingest(batch, keep)
         t_ingest = clock() - t
         cache = {}
         for q, sh in zip(self.queries, self.shares):
-            q.account += units * sh
             t = clock()
             q.charge_ingest(sides, share=sh)
-            q.plan(batch, sides, cache if q.window == self._lead.window else None)
+            if q is not lead and keep is not None:
+                q._stats["shed"] += int((~keep).sum())
+            if q.wall:
+                q._calibrate_ingest(t_ingest * sh, sum(r.shape[0] for _, r in sides))
+                q.account -= t_ingest * sh
+            q.plan(batch, q.admit_plan(batch, sides), cache if q.window == lead.window else None)
             if q.wall:   # the shared ingest is split like the units
-                q.account -= clock() - t + t_ingest * sh
+                q.account -= clock() - t
             q.drain()
+            q._note_debt()
 
     def finish(self) -> None:
         for q in self.queries:

@@ -5,9 +5,11 @@ Entries live in a columnar table (numpy arrays that grow); the heap holds
 ``(key, entry id)`` pairs.  The key encodes the preference:
 
 * ``desc``: ``key = -priority`` -- highest priority first (most output);
-* ``asc``: ``key = +priority`` -- lowest first (outliers); entries whose
-  estimate is below ``min_estimate`` are never queued (a region where the
-  value is estimated absent cannot hold a *matching* rare tuple);
+* ``asc``: ``key = +priority`` -- lowest first (outliers).  ``push(...,
+  tier=)`` puts entries in tiers: every tier-0 entry (the outliers) comes
+  before any tier-1 entry, each tier in ascending priority (``key += tier *
+  TIER``, ``TIER = 1e12`` above any tier-0 key: counts, or aged log-keys
+  ``|log p - lambda t|`` far below it);
 * ``weighted``: CPU divided among the promising tuples in proportion to
   their count estimates, so that the output is a near-random sample.  An
   entry of priority ``p = est * alpha^(i-1)`` yields about ``est`` pairs and
@@ -58,6 +60,8 @@ from ...errors import SketchQLError
 
 PREFERENCES = ("desc", "asc", "weighted")
 _LAST = 1e300
+#: key offset per tier (asc: outliers in tier 0 first, then the rest)
+TIER = 1e12
 
 
 def check_preference(pref: str) -> str:
@@ -125,13 +129,14 @@ class EntryQueue:
 
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
              weight: np.ndarray | None = None, t: np.ndarray | None = None,
-             stratum: np.ndarray | None = None) -> int:
+             stratum: np.ndarray | None = None, tier: np.ndarray | None = None) -> int:
         """Queue entries; ``weight`` (weighted preference only) is the
         sampling weight, default ``priority / cost``; ``t`` the entries'
         event times (aging; required when ``aging > 0``); ``stratum``
         (weighted only, uint64 codes, e.g. a hash of the join value): draw
         the exponential keys stratified per code (:meth:`_stratified_exponential`)
-        instead of independently."""
+        instead of independently; ``tier`` (int per entry, default 0): every
+        entry of a lower tier is popped before any of a higher one."""
         k = int(priority.shape[0])
         if k == 0:
             return 0
@@ -152,6 +157,8 @@ class EntryQueue:
             else:
                 key = (np.log(np.maximum(e, 1e-300)) - np.log(np.maximum(w, 1e-300))
                        - lam * np.asarray(t, np.float64))
+        if tier is not None:
+            key = key + np.asarray(tier, np.float64) * TIER
         items = list(zip(key.tolist(), (-np.asarray(newest)).tolist(), ids.tolist()))
         if len(items) > len(self.heap):
             self.heap.extend(items)

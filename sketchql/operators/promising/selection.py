@@ -180,6 +180,8 @@ class PTSelection:
         summary lookup costs ``node`` per (query, bucket, zone), charged to
         the query."""
         idx = self.index
+        if not math.isfinite(self.now):   # nothing has arrived yet (e.g. registered before data)
+            return
         cur_zone = math.floor(self.now / idx.zone_seconds)
         t_end = cur_zone - 1 if closed_only else cur_zone
         new = [z for z in idx.zones_between(-math.inf, self.now) if self._t_start[0] < z <= t_end]
@@ -334,7 +336,7 @@ class PTSelection:
             acct = self._scan(qi, z, bb, acct)
             if math.isfinite(a0):
                 self._mean_cost = 0.9 * self._mean_cost + 0.1 * (a0 - acct)
-        if acct > 0 and not heap:
+        if acct > 0 and not heap and math.isfinite(self.now):
             cur = math.floor(self.now / idx.zone_seconds)
             if cur in idx.zones and cur > self._t_start[qi]:
                 b, frac = self._q_buckets[qi]

@@ -19,6 +19,9 @@ Interface::
         ``row[k]`` is the input row of match k, matches sorted by row (stable:
         within a row in the cell's arrival order), ``work`` = tuples compared
     cell_end_many(cells) -> float array, ``cell_end`` of each cell
+    cell_sizes_many(cells, values) -> int array, tuples a scan of each row
+        compares now (the probe cost; the size queued with an entry may have
+        grown since)
     rest_cells_many(values, t_from, t_to) -> (row, cell, size): every
         non-empty cell of each row's value bucket in a zone overlapping the
         row's window (the "when idle" sweep), sorted by row
@@ -73,6 +76,20 @@ class MiniSource:
         z = np.asarray(cells, np.int64)
         live = np.isin(z, np.fromiter(self.ix.zones.keys(), np.int64, len(self.ix.zones)))
         return np.where(live, (z + 1) * self.ix.zone_seconds, -math.inf)
+
+    def cell_sizes_many(self, cells, values) -> np.ndarray:
+        """Tuples a scan of each (cell, value) row compares now (0: zone gone)."""
+        ix = self.ix
+        z = np.asarray(cells, np.int64)
+        out = np.zeros(z.shape[0], np.int64)
+        if not z.shape[0]:
+            return out
+        b = ix.bucket_of(np.asarray(values, np.int64))
+        for zz in np.unique(z).tolist():
+            if zz in ix.zones:
+                m = z == zz
+                out[m] = ix.zones[zz]["counts"][b[m]]
+        return out
 
     def scan_many(self, cells, values, t_from, t_to):
         ix = self.ix
@@ -217,6 +234,25 @@ class IndexSource:
             z = resolve(int(zid))
             ends[i] = -math.inf if (z is None or getattr(z, "n", 1) == 0) else float(getattr(z, "max_ts", math.inf))
         return ends[inv]
+
+    def cell_sizes_many(self, cells, values=None) -> np.ndarray:
+        """Tuples a scan of each cell compares now (after COLLAPSE: the cell of
+        the zone it was merged into; 0: zone gone).  NOTE: StreamIndex internals
+        like :meth:`cell_end_many`."""
+        from ...index.results import split_cell
+
+        cells = np.asarray(cells, np.int64)
+        resolve = getattr(self.ix, "_resolve", None)
+        if resolve is None or not cells.shape[0]:
+            return np.zeros(cells.shape[0], np.int64)
+        zids, b = split_cell(cells)
+        out = np.zeros(cells.shape[0], np.int64)
+        for zid in np.unique(zids).tolist():
+            z = resolve(int(zid))
+            if z is not None and getattr(z, "n", 0):
+                m = zids == zid
+                out[m] = np.asarray(z.cell_size(b[m]), np.int64)
+        return out
 
     def scan_many(self, cells, values, t_from, t_to):
         """One :meth:`StreamIndex.scan_matching_many` call for K rows."""

@@ -1,0 +1,161 @@
+"""Budget admission for the promising-tuple join: what a tick may start
+before its work is charged, so that the account is never overdrawn by more
+than one step.
+
+A PT-Join tick does three kinds of work, all charged to one account
+(``COSTS``: insert per ingested tuple, node per summary estimate, probe +
+compare per cell scanned):
+
+1. **ingest** -- the arrivals go into the region index (``insert`` each);
+2. **plan** -- the promising regions of the arrivals are looked up
+   (``node`` per estimate; about ``c_plan`` units per arrival, measured);
+3. **probe** -- queued entries are scanned in preference order.
+
+Rules (:class:`~.join.PTJoin`):
+
+* *Ingest*: with ``n`` arrivals and income ``I`` (the tick's allowance), a
+  share
+
+      f = min(1, I / (2 n insert))
+
+  of the arrivals is ingested: all of them as long as the budget brings at
+  least two inserts' worth per arrival, otherwise half the income goes to
+  ingest and the rest to planning and probing (a budget of 1 unit
+  per tuple still buys output instead of only inserts).  The ingested ones
+  are chosen by a seeded hash (:func:`keep_mask`): of the join *value* for
+  desc/asc (a value is kept on both streams or on neither, so every kept
+  probe can meet its kept partners: the output shrinks like ``f``, not
+  ``f^2``), of the row id for weighted (a uniform sample of tuples keeps
+  the output a uniform sample of pairs).
+* *Plan*: arrivals are planned only while their measured planning cost
+  ``c_plan`` stays within half the account (:func:`plan_count`): planning
+  never eats the whole budget, leaving nothing to probe.  Which
+  ones: the ``k`` with the smallest seeded hash of their row id (a uniform
+  sample).  The operator then keeps the unspent account (it is not idle)
+  until an arrival can be planned.
+* *Probe*: a batch is cut where its estimated cost reaches the account
+  (:meth:`~.join.PTJoin.drain`).
+
+Nothing is started while the account is <= 0 (no planning, no probe), and
+a probe batch is cut where its cost (the cells' current sizes) reaches the
+account -- but one entry is always taken, so the account can end a step
+negative: the **carried debt**, at most the cost of that one entry beyond
+the account (or a planning call beyond ``c_plan`` per arrival).  While in
+debt only the ingest runs, and it takes at most half of each tick's income
+(``f`` above, or all of it only when the income covers two inserts per
+arrival), so the debt shrinks by at least half the income per tick: it
+never grows beyond that one step's overrun.  Over any run: ``work charged <=
+allowance granted + the debt carried at the end`` (``stats()["debt_max"]``
+records the worst).
+
+Batches spanning more than the index keeps beyond the window are split in
+time (:func:`time_chunks`, :func:`chunk_span`): ingesting a long batch at once
+would let the index expire the partners of its first arrivals before they
+are planned (the pairs near the window's edge went missing).
+
+>>> time_chunks(np.array([0.0, 1.0, 2.5, 2.6, 9.0]), 2.0)
+[(0, 2), (2, 4), (4, 5)]
+>>> ingest_fraction(income=10.0, n=10, price=1.0)
+0.5
+>>> plan_count(account=7.0, n=10, plan_cost=1.0)
+3
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...summaries.hashing import hash64
+
+_U53 = 2.0 ** -53
+
+
+def time_chunks(ts, span: float) -> list:
+    """[(a, b)] row ranges of non-decreasing ``ts`` whose time span is at most
+    ``span`` (greedy from the first row; rows of one timestamp are never
+    split); one range when the whole batch fits."""
+    n = int(ts.shape[0])
+    if n == 0:
+        return []
+    if not math.isfinite(span) or float(ts[-1]) - float(ts[0]) <= span:
+        return [(0, n)]
+    out, a = [], 0
+    while a < n:
+        b = int(np.searchsorted(ts, float(ts[a]) + span, "right"))
+        b = max(b, a + 1)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def retained_history(source) -> float:
+    """Seconds of history a region source is guaranteed to keep behind its
+    newest tuple: a :class:`~sketchql.index.StreamIndex` of granularity ``g``,
+    rate ``r`` and depth ``d`` covers ``g (r^d - 1) / (r - 1)`` seconds, less up
+    to one period of its last granularity right after a COLLAPSE; the mini
+    index keeps ``keep`` seconds less one zone.  ``inf`` if unknown."""
+    ix = getattr(source, "ix", None)
+    decl = getattr(ix, "decl", None)
+    if decl is not None and hasattr(decl, "depth") and hasattr(decl, "granularity"):
+        g, r, d = float(decl.granularity), int(decl.rate), int(decl.depth)
+        return g * (r ** (d - 1) - 1) / (r - 1) if r > 1 else g * (d - 1)
+    keep = getattr(ix, "keep", None)
+    if keep is not None:
+        return float(keep) - float(getattr(ix, "zone_seconds", 0.0))
+    return math.inf
+
+
+def chunk_span(sources, window: float) -> float:
+    """Longest time span one ingest+plan step may cover so that every
+    arrival's window is still in the sources when it is planned: the history
+    kept beyond the window and the open zone (``t1``); never below a quarter of
+    ``t1`` (a source too short for its window loses pairs anyway).  ``inf``
+    for a whole-stream window (its history is bounded by the index alone)."""
+    if not math.isfinite(window):
+        return math.inf
+    spans = []
+    for s in sources:
+        t1 = float(getattr(s, "t1", 1.0))
+        spans.append(max(retained_history(s) - window - t1, 0.25 * t1))
+    return min(spans) if spans else math.inf
+
+
+def ingest_fraction(income: float, n: int, price: float) -> float:
+    """Share of ``n`` arrivals to ingest (module doc): ``min(1, I / (2 n p))``;
+    1 when ingest is free or not calibrated (price 0)."""
+    cost = n * price
+    if n == 0 or not cost > 0:
+        return 1.0
+    return float(min(1.0, income / (2.0 * cost)))
+
+
+def keep_mask(keys, rids, f: float, seed: int, by_value: bool) -> np.ndarray | None:
+    """Rows to ingest at share ``f``: ``u < f`` with ``u`` a seeded uniform
+    hash of the join value (``by_value``) or of the row id; None = all."""
+    if f >= 1.0:
+        return None
+    x = keys if by_value else rids
+    u = (hash64(np.asarray(x), int(seed), "pt admission") >> np.uint64(11)).astype(np.float64) * _U53
+    return u < f
+
+
+def plan_count(account: float, n: int, plan_cost: float, share: float = 0.5) -> int:
+    """How many of ``n`` arrivals to plan: all if their planning takes at most
+    ``share`` of the account, else ``floor(share * A / c_plan)`` -- the rest of
+    the account stays for probing."""
+    if not plan_cost > 0 or n * plan_cost <= share * account:
+        return n
+    return int(max(0.0, share * account) // plan_cost)
+
+
+def plan_rows(rids, k: int, seed: int) -> np.ndarray:
+    """Positions of the ``k`` rows with the smallest seeded hash of their row
+    id (a uniform sample, in input order)."""
+    n = int(np.asarray(rids).shape[0])
+    if k >= n:
+        return np.arange(n)
+    if k <= 0:
+        return np.zeros(0, np.int64)
+    h = hash64(np.asarray(rids, np.int64), int(seed), "pt plan")
+    return np.sort(np.argpartition(h, k - 1)[:k])
