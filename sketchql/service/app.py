@@ -1,29 +1,47 @@
-"""The FastAPI application: streams, batches, continuous queries, summaries, metrics.
+"""The FastAPI application: streams, batches, continuous queries, results (cursor and SSE), contracts,
+budgets, control tables, summaries, metrics; durable under a data directory; bearer-token auth.
 
 Endpoints (JSON unless said otherwise; every error is ``{"error": {...}}``,
-see :mod:`sketchql.service.errors`):
+see :mod:`sketchql.service.errors`; ``/docs`` is the OpenAPI UI, served
+offline).  "admin" marks what needs an admin token when tokens are configured
+(reads then need a read or admin token, see :mod:`sketchql.service.auth`):
 
 =======  ==========================================  =============================================
 GET      /                                           overview, endpoint list, demo status
-GET      /health                                     liveness + counts
-GET      /limits                                     the active :class:`Limits`
+GET      /health                                     liveness, counts, durability, recovery report
+GET      /limits                                     the active :class:`Limits` (result buffer size, ...)
 GET      /demo                                       demo feeder status
 GET      /streams                                    streams and tables with schema and stats
-POST     /streams                                    ``{"sql": "CREATE STREAM|TABLE|SUMMARY ..."}`` (or DROP)
+POST     /streams                                    admin ``{"sql": "CREATE STREAM|TABLE|SUMMARY ..."}`` (or DROP)
 GET      /streams/{name}                             one stream: schema, stats, knobs
-POST     /streams/{name}/batches                     a batch: JSON rows / columns, NDJSON, Arrow IPC
-POST     /streams/{name}/heartbeat                   ``{"ts": t}``: no older tuple will come
-POST     /queries                                    ``{"sql": "SELECT ..."}`` -> id
+POST     /streams/{name}/batches                     admin; a batch: JSON rows / columns, NDJSON, Arrow IPC
+POST     /streams/{name}/heartbeat                   admin ``{"ts": t}``: no older tuple will come
+POST     /queries                                    admin ``{"sql": "SELECT ..."}`` -> id (EXPLAIN: the plan)
+POST     /explain                                    ``{"sql"}``: EXPLAIN text + plan JSON (registers nothing)
 GET      /queries                                    registered queries
-GET      /queries/{id}                               sql, EXPLAIN text, stats, operators
-GET      /queries/{id}/results?since=&limit=         the change stream from a cursor
+GET      /queries/{id}                               sql, EXPLAIN text, stats, operators, contract
+PATCH    /queries/{id}                               admin ``{"weight", "active"}``
+DELETE   /queries/{id}                               admin; deregister
+GET      /queries/{id}/results?since=&limit=         the result buffer from a cursor
+GET      /queries/{id}/stream?since=&limit=          SSE of the results (``Last-Event-ID`` resumes)
 GET      /queries/{id}/snapshot?at=&limit=           the result relation at event time ``at``
-DELETE   /queries/{id}                               deregister
-POST     /summaries/load                             ``{"path", "name"?, "as"?}`` a Spark-built summary
+GET      /queries/{id}/contract                      error, confidence, budget, on_miss (+ budget_unit)
+PATCH    /queries/{id}/contract                      admin; change them
+GET      /queries/{id}/precision?limit=             estimated / audited error now and over time
+GET      /queries/{id}/plan                          the plan as JSON (+ EXPLAIN text)
+GET      /engine/budgets                             memory / CPU budgets
+PATCH    /engine/budgets                             admin; change them
+GET      /allocator                                  the allocator's latest decision
+GET      /control                                    every control table (``?kind=``)
+GET      /control/{kind}/{name}                      one control table
+PATCH    /control/{kind}/{name}                      admin ``{"knob": value, ...}`` (all or nothing)
+POST     /summaries/load                             admin ``{"path", "name"?, "as"?}`` below a summary root
 GET      /summaries                                  loaded + live (CREATE SUMMARY) summaries
 GET      /summaries/{name}                           one summary's description
 GET      /summaries/{name}/estimate?value=&t_from=&t_to=&confidence=&attr=&type=
-DELETE   /summaries/{name}                           unload a loaded summary
+DELETE   /summaries/{name}                           admin; unload a loaded summary
+GET      /durability                                 the operation log and checkpoint status
+POST     /admin/checkpoint                           admin; write a checkpoint now
 GET      /metrics                                    Prometheus text format
 =======  ==========================================  =============================================
 
@@ -37,47 +55,100 @@ GET      /metrics                                    Prometheus text format
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
+import time
 from contextlib import asynccontextmanager
 from typing import List, Optional
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__ as _VERSION
+from ..control import ControlError
+from ..errors import SketchQLError
+from . import models as M
 from .dashboard import dashboard_redirect, router as dashboard_router
-from .demo import DemoFeeder
 from .errors import ApiError, limit_exceeded
-from .ingest import parse_batch
+from .ingest import ARROW_TYPES, NDJSON_TYPES, parse_batch
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
+from .sse import result_events
 from .state import ServiceState
 from .summaries import parse_value
 
+log = logging.getLogger("sketchql.service")
+
 ENDPOINTS = [
-    "GET /", "GET /health", "GET /limits", "GET /demo",
+    "GET /", "GET /health", "GET /limits", "GET /demo", "GET /docs",
     "GET /streams", "POST /streams", "GET /streams/{name}", "POST /streams/{name}/batches",
     "POST /streams/{name}/heartbeat",
-    "POST /queries", "GET /queries", "GET /queries/{id}", "GET /queries/{id}/results?since=&limit=",
-    "GET /queries/{id}/snapshot?at=&limit=", "DELETE /queries/{id}",
+    "POST /queries", "POST /explain", "GET /queries", "GET /queries/{id}", "PATCH /queries/{id}",
+    "DELETE /queries/{id}", "GET /queries/{id}/results?since=&limit=", "GET /queries/{id}/stream?since=&limit=",
+    "GET /queries/{id}/snapshot?at=&limit=", "GET /queries/{id}/contract", "PATCH /queries/{id}/contract",
+    "GET /queries/{id}/precision", "GET /queries/{id}/plan",
+    "GET /engine/budgets", "PATCH /engine/budgets", "GET /allocator",
+    "GET /control", "GET /control/{kind}/{name}", "PATCH /control/{kind}/{name}",
     "POST /summaries/load", "GET /summaries", "GET /summaries/{name}",
     "GET /summaries/{name}/estimate?value=&t_from=&t_to=&confidence=&attr=&type=", "DELETE /summaries/{name}",
-    "GET /metrics",
+    "GET /durability", "POST /admin/checkpoint", "GET /metrics",
 ]
+
+_ERR = {c: {"model": M.ErrorBody} for c in (400, 401, 403, 404, 409, 413, 415, 422)}
+_BATCH_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"oneOf": [
+        {"type": "object", "properties": {"rows": {"type": "array", "items": {"type": "object"}}},
+         "required": ["rows"]},
+        {"type": "object", "properties": {"columns": {"type": "object",
+                                                      "additionalProperties": {"type": "array"}}},
+         "required": ["columns"]},
+        {"type": "array", "items": {"type": "object"}}]}},
+    NDJSON_TYPES[0]: {"schema": {"type": "string", "description": "one JSON row object per line"}},
+    ARROW_TYPES[0]: {"schema": {"type": "string", "format": "binary", "description": "an Arrow IPC stream"}},
+}}}
+
+
+class BodyLimit:
+    """ASGI middleware: refuse (413) a request whose declared body exceeds ``limit`` bytes, and cut a
+    streamed one that grows past it (it then fails to parse: 4xx)."""
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = int(limit)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    size = int(v)
+                except ValueError:
+                    size = -1
+                if size < 0 or size > self.limit:
+                    err = limit_exceeded(413, "max_body_bytes", size, self.limit, "request body (bytes)") if size >= 0 \
+                        else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')!r}")
+                    resp = JSONResponse(err.body(), status_code=err.status)
+                    return await resp(scope, receive, send)
+        seen = [0]
+
+        async def limited():
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen[0] += len(msg.get("body", b""))
+                if seen[0] > self.limit:
+                    return {"type": "http.request", "body": b"\x00", "more_body": False}
+            return msg
+
+        return await self.app(scope, limited, send)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (413) anything over ``limit`` bytes, declared or streamed."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise ApiError(400, "bad_request", f"invalid Content-Length {declared!r}") from None
-        if size > limit:
-            raise limit_exceeded(413, "max_body_bytes", size, limit, "request body (bytes)")
     chunks, total = [], 0
     async for chunk in request.stream():
         total += len(chunk)
@@ -87,62 +158,141 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json_object(request: Request, limit: int, required=(), optional=()) -> dict:
-    body = await read_body(request, limit)
+class Checkpointer:
+    """Background checkpoints: after ``every_tuples`` logged tuples or ``interval_s`` seconds with
+    anything logged (and once more at a clean shutdown)."""
+
+    def __init__(self, state, every_tuples: int = 1_000_000, interval_s: float = 60.0):
+        self.state = state
+        self.every_tuples = int(every_tuples)
+        self.interval_s = float(interval_s)
+        self._stop = threading.Event()
+        self._thread = None
+        self._last = time.monotonic()
+        self.error = None
+
+    def due(self) -> bool:
+        st = self.state.store
+        if st is None or st.ops_since_checkpoint == 0:
+            return False
+        return st.tuples_since_checkpoint >= self.every_tuples or time.monotonic() - self._last >= self.interval_s
+
+    def run_once(self):
+        try:
+            self.state.checkpoint()
+            self.error = None
+        except Exception as exc:            # keep serving: the log still holds everything
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("checkpoint failed")
+        self._last = time.monotonic()
+
+    def _loop(self):
+        while not self._stop.wait(0.5):
+            if self.due():
+                self.run_once()
+
+    def start(self):
+        if self.state.store is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="sketchql-checkpoint", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+
+def _docs_routes(app: FastAPI):
+    """``/docs`` with Swagger UI's assets served from the installed ``fastapi_offline`` package."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
     try:
-        doc = json.loads(body) if body else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        col = getattr(exc, "colno", None)
-        raise ApiError(400, "invalid_json", f"invalid JSON body: {getattr(exc, 'msg', exc)}", line=line,
-                       column=col) from None
-    if not isinstance(doc, dict):
-        raise ApiError(422, "bad_request", f"the body must be a JSON object with {list(required)}")
-    missing = [k for k in required if k not in doc]
-    unknown = [k for k in doc if k not in required and k not in optional]
-    if missing:
-        raise ApiError(422, "bad_request", f"the body lacks field(s) {missing}", field=missing[0])
-    if unknown:
-        raise ApiError(422, "bad_request", f"unknown field(s) {unknown}; allowed: {list(required) + list(optional)}",
-                       field=unknown[0])
-    return doc
+        import fastapi_offline
+        assets = os.path.join(os.path.dirname(fastapi_offline.__file__), "static")
+    except ImportError:
+        assets = None
+    if assets and os.path.isdir(assets):
+        app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        if not assets:
+            return HTMLResponse("<p>Swagger UI's assets are not installed (pip install fastapi-offline); the "
+                                "schema is at <a href='/openapi.json'>/openapi.json</a>.</p>")
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="sketchql - API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon.png")
 
 
 def create_app(engine=None, demo: bool = True, limits: Limits | None = None, seed: int = 7,
-               demo_options: dict | None = None) -> FastAPI:
+               demo_options: dict | None = None, data_dir: str | None = None, fresh: bool = False,
+               auth=None, checkpoint_every_tuples: int = 1_000_000, checkpoint_interval_s: float = 60.0,
+               sync: bool = True) -> FastAPI:
     """The service around ``engine`` (a new :class:`~sketchql.engine.Engine` by default).
 
-    ``demo``: declare the demo streams/summaries/queries at creation and feed
-    them from a background thread while the app runs (lifespan);
-    ``demo_options``: :class:`~sketchql.service.demo.DemoFeeder` keywords
-    (``speed``, ``tick``, ``max_tuples``).
+    ``demo``: declare the demo streams/summaries/queries (or resume them from
+    ``data_dir``) and feed them from a background thread while the app runs;
+    ``demo_options``: :class:`~sketchql.service.demo.DemoFeeder` keywords.
+    ``data_dir``: keep state there (operation log + checkpoints) and recover it
+    now; ``fresh``: wipe it first.  ``auth``: an :class:`~sketchql.service.auth.Auth`.
+    ``checkpoint_every_tuples`` / ``checkpoint_interval_s``: when the background
+    checkpointer writes one.  ``sync=False`` skips fsync (tests of logic only).
     """
+    from .durability import OpLog, wipe
+
     limits = limits or Limits()
-    state = ServiceState(engine, limits, seed=seed)
+    store = None
+    if data_dir is not None:
+        if fresh:
+            wipe(data_dir)
+        store = OpLog(data_dir, sync=sync)
+    state = ServiceState(engine, limits, seed=seed, store=store, auth=auth)
+    if store is not None:
+        info = state.recover()
+        if info.get("replayed_ops") or info.get("checkpoint_seq"):
+            log.warning("sketchql: recovered %s: checkpoint %s + %s logged operations (%s tuples) in %.2f s%s",
+                        store.path, info["checkpoint_seq"], info["replayed_ops"], info["replayed_tuples"],
+                        info["seconds"], f"; {len(info['errors'])} could not be replayed" if info["errors"] else "")
     feeder = None
     if demo:
-        feeder = DemoFeeder(state, seed=seed, **(demo_options or {}))
-        feeder.setup()
+        from .demo_glue import make_feeder
+        feeder = make_feeder(state, seed=seed, options=demo_options)
+    checkpointer = Checkpointer(state, checkpoint_every_tuples, checkpoint_interval_s)
 
     @asynccontextmanager
     async def lifespan(app):
         if feeder is not None:
             feeder.start()
+        checkpointer.start()
         try:
             yield
         finally:
             if feeder is not None:
                 feeder.stop()
+            checkpointer.stop()
+            if store is not None:
+                if store.ops_since_checkpoint:
+                    checkpointer.run_once()
+                store.close()
 
-    app = FastAPI(title="sketchql", version=_VERSION, lifespan=lifespan,
-                  description="Approximate continuous queries over data streams.")
+    app = FastAPI(title="sketchql", version=_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Approximate continuous queries over data streams. With tokens configured, send "
+                              "`Authorization: Bearer <token>`: reads need the read or admin role, changes admin.")
     app.state.sketchql = state
+    app.state.checkpointer = checkpointer
+    app.state.auth = auth
     app.include_router(dashboard_router)   # /dashboard: the error-metrics page (sketchql.service.dashboard)
+    _docs_routes(app)
 
     # -- errors --------------------------------------------------------------------
     @app.exception_handler(ApiError)
     async def _api_error(request, exc: ApiError):
-        return JSONResponse(exc.body(), status_code=exc.status)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request, exc: RequestValidationError):
@@ -150,9 +300,13 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         first = errs[0] if errs else {}
         loc = [str(x) for x in first.get("loc", [])]
         msg = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}" if loc else "invalid request"
-        body = ApiError(422, "bad_parameter", msg, parameter=loc[-1] if loc else None,
+        if first.get("type") == "json_invalid":
+            msg = f"invalid JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}"
+        body = ApiError(422 if first.get("type") != "json_invalid" else 400,
+                        "bad_parameter" if first.get("type") != "json_invalid" else "invalid_json", msg,
+                        parameter=loc[-1] if loc else None,
                         details=[{"loc": [str(x) for x in e.get("loc", [])], "msg": e.get("msg")} for e in errs])
-        return JSONResponse(body.body(), status_code=422)
+        return JSONResponse(body.body(), status_code=body.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc: StarletteHTTPException):
@@ -160,56 +314,104 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         msg = f"no such endpoint: {request.method} {request.url.path}" if exc.status_code == 404 else str(exc.detail)
         return JSONResponse(ApiError(exc.status_code, kind, msg).body(), status_code=exc.status_code)
 
+    @app.exception_handler(SketchQLError)
+    async def _sketchql(request, exc: SketchQLError):
+        from .errors import from_exception
+        err = from_exception(exc)
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(Exception)
+    async def _internal(request, exc: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        err = ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        return JSONResponse(err.body(), status_code=500)
+
     @app.middleware("http")
-    async def _count(request: Request, call_next):
-        response = await call_next(request)
+    async def _auth_and_count(request: Request, call_next):
+        try:
+            if auth is not None:
+                auth.check(request)
+            response = await call_next(request)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                with state.http_lock:
+                    state.auth_failures[exc.status] += 1
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            response = JSONResponse(exc.body(), status_code=exc.status, headers=headers)
         with state.http_lock:
             state.http[(request.method, response.status_code)] += 1
         return response
 
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+
     # -- overview ------------------------------------------------------------------------
-    @app.get("/")
+    def _demo_status():
+        if feeder is None:
+            return None
+        s = feeder.status()
+        with state.lock:
+            live = {q.id for q in state.engine.queries}
+        s["queries"] = [q for q in s.get("queries", []) if q in live]
+        return s
+
+    @app.get("/", tags=["overview"])
     def root(request: Request):
         if (page := dashboard_redirect(request)) is not None:   # a browser lands on /dashboard
             return page
-        return {"service": "sketchql", "version": _VERSION, "endpoints": ENDPOINTS,
-                "demo": feeder.status() if feeder else None,
-                "try": ["GET /queries", "GET /queries/1/results?since=0&limit=20",
-                        "GET /summaries/s1/estimate?value=1&value=2", "GET /metrics"] if feeder else []}
+        return {"service": "sketchql", "version": _VERSION, "endpoints": ENDPOINTS, "demo": _demo_status(),
+                "auth": "tokens" if (auth is not None and auth.enabled) else "none",
+                "data_dir": store.path if store is not None else None,
+                "try": ["GET /queries", "GET /queries/1/results?since=0&limit=20", "GET /queries/1/stream",
+                        "GET /summaries/s1/estimate?value=1&value=2", "GET /metrics", "GET /docs"] if feeder else []}
 
-    @app.get("/health")
+    @app.get("/health", tags=["overview"])
     def health():
         with state.lock:
-            return {"status": "ok", "version": _VERSION, "streams": len(state.engine.catalog.streams),
-                    "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
-                    "demo": None if feeder is None else {k: feeder.status()[k] for k in
-                                                         ("running", "finished", "clock", "pushed", "error")}}
+            out = {"status": "ok", "version": _VERSION, "streams": len(state.engine.catalog.streams),
+                   "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
+                   "durable": store is not None, "recovery": state.recovery,
+                   "checkpoint_error": checkpointer.error}
+        if feeder is not None:
+            s = feeder.status()
+            out["demo"] = {k: s[k] for k in ("running", "finished", "clock", "pushed", "error")}
+        return out
 
-    @app.get("/limits")
+    @app.get("/limits", tags=["overview"])
     def get_limits():
         return limits.to_dict()
 
-    @app.get("/demo")
+    @app.get("/demo", tags=["overview"], responses=_ERR)
     def demo_status():
         if feeder is None:
             raise ApiError(404, "not_found", "the demo is disabled (started with --no-demo)")
-        return feeder.status()
+        return _demo_status()
+
+    @app.get("/durability", tags=["overview"])
+    def durability():
+        if store is None:
+            return {"durable": False, "reason": "started without --data-dir: nothing survives a restart"}
+        return dict({"durable": True, "recovery": state.recovery, "checkpoint_every_tuples": checkpointer.every_tuples,
+                     "checkpoint_interval_s": checkpointer.interval_s}, **store.status())
+
+    @app.post("/admin/checkpoint", tags=["overview"], response_model=M.CheckpointOut, responses=_ERR)
+    async def checkpoint_now():
+        return await run_in_threadpool(state.checkpoint)
 
     # -- streams ---------------------------------------------------------------------------
-    @app.get("/streams")
+    @app.get("/streams", tags=["streams"])
     def list_streams():
         return state.list_streams()
 
-    @app.post("/streams", status_code=201)
-    async def create_stream(request: Request):
-        doc = await read_json_object(request, limits.max_body_bytes, required=("sql",))
-        return await run_in_threadpool(state.execute_ddl, doc["sql"])
+    @app.post("/streams", status_code=201, tags=["streams"], response_model=M.DdlReceipt, responses=_ERR)
+    async def create_stream(body: M.Sql):
+        return await run_in_threadpool(state.execute_ddl, body.sql)
 
-    @app.get("/streams/{name}")
+    @app.get("/streams/{name}", tags=["streams"], responses=_ERR)
     def get_stream(name: str):
         return state.describe_stream(name)
 
-    @app.post("/streams/{name}/batches")
+    @app.post("/streams/{name}/batches", tags=["streams"], response_model=M.BatchReceipt, responses=_ERR,
+              openapi_extra=_BATCH_BODY)
     async def push_batch(name: str, request: Request):
         schema = await run_in_threadpool(state.schema, name)      # 404 before reading the body
         try:
@@ -221,56 +423,143 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
             raise
         return await run_in_threadpool(state.push, schema.name, cols, n)
 
-    @app.post("/streams/{name}/heartbeat")
-    async def heartbeat(name: str, request: Request):
-        await run_in_threadpool(state.schema, name)
-        doc = await read_json_object(request, limits.max_body_bytes, required=("ts",))
-        return await run_in_threadpool(state.heartbeat, name, doc["ts"])
+    @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
+    async def heartbeat(name: str, body: M.Heartbeat):
+        return await run_in_threadpool(state.heartbeat, name, body.ts)
 
     # -- queries ------------------------------------------------------------------------------
-    @app.post("/queries", status_code=201)
-    async def register(request: Request):
-        doc = await read_json_object(request, limits.max_body_bytes, required=("sql",))
-        return await run_in_threadpool(state.register, doc["sql"])
+    @app.post("/queries", status_code=201, tags=["queries"], responses=_ERR)
+    async def register(body: M.Sql):
+        out = await run_in_threadpool(state.register, body.sql)
+        if out.get("registered") is False:               # EXPLAIN SELECT: nothing was created
+            return JSONResponse(out, status_code=200)
+        return out
 
-    @app.get("/queries")
+    @app.post("/explain", tags=["queries"], response_model=M.ExplainOut, responses=_ERR)
+    async def explain(body: M.Sql):
+        return await run_in_threadpool(state.explain, body.sql)
+
+    @app.get("/queries", tags=["queries"], response_model=M.QueryList)
     def list_queries():
         return state.list_queries()
 
-    @app.get("/queries/{qid}")
+    @app.get("/queries/{qid}", tags=["queries"], responses=_ERR)
     def get_query(qid: int):
         return state.describe_query(qid)
 
-    @app.get("/queries/{qid}/results")
+    @app.patch("/queries/{qid}", tags=["queries"], response_model=M.QueryInfo, responses=_ERR)
+    async def patch_query(qid: int, body: M.QueryPatch):
+        vals = body.model_dump(exclude_unset=True)
+        if "weight" in vals and vals["weight"] is None:
+            raise ApiError(422, "bad_parameter", "weight must be a number >= 0", parameter="weight")
+        if "active" in vals and vals["active"] is None:
+            raise ApiError(422, "bad_parameter", "active must be true or false", parameter="active")
+        return await run_in_threadpool(state.patch_query, qid, vals)
+
+    @app.delete("/queries/{qid}", tags=["queries"], response_model=M.Deleted, responses=_ERR)
+    async def delete_query(qid: int):
+        return await run_in_threadpool(state.drop_query, qid)
+
+    @app.get("/queries/{qid}/results", tags=["results"], response_model=M.ResultsPage, responses=_ERR)
     def results(qid: int, since: int = 0, limit: Optional[int] = None):
         return state.results(qid, since, limit)
 
-    @app.get("/queries/{qid}/snapshot")
+    @app.get("/queries/{qid}/stream", tags=["results"], responses={**_ERR, 200: {
+        "content": {"text/event-stream": {}}, "description": "SSE: `rows` events, `id` = the cursor to resume "
+                                                             "from (send it back as Last-Event-ID)"}})
+    async def stream(qid: int, request: Request, since: Optional[int] = None, limit: int = 1000,
+                     max_events: Optional[int] = Query(None, ge=1),
+                     last_event_id: Optional[str] = Header(None, alias="Last-Event-ID")):
+        limit = state.check_limit(limit)
+        if last_event_id is not None and last_event_id.strip():
+            try:
+                since = int(last_event_id.strip())
+            except ValueError:
+                raise ApiError(422, "bad_parameter", f"Last-Event-ID must be a result cursor (an integer), got "
+                               f"{last_event_id[:40]!r}", parameter="Last-Event-ID") from None
+        since = 0 if since is None else since
+
+        def check():
+            with state.lock:
+                q = state._query(qid)
+                state._check_since(since, state._collect(q))
+        await run_in_threadpool(check)
+        return StreamingResponse(result_events(state, qid, since, limit, request, max_events=max_events),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/queries/{qid}/snapshot", tags=["results"], responses=_ERR)
     def snapshot(qid: int, at: Optional[float] = None, limit: Optional[int] = None):
         return state.snapshot(qid, at, limit)
 
-    @app.delete("/queries/{qid}")
-    def delete_query(qid: int):
-        return state.drop_query(qid)
+    # -- contracts, precision, budgets, control tables ---------------------------------------------
+    @app.get("/queries/{qid}/contract", tags=["precision"], response_model=M.Contract, responses=_ERR)
+    def get_contract(qid: int):
+        return state.contract(qid)
+
+    @app.patch("/queries/{qid}/contract", tags=["precision"], response_model=M.Contract, responses=_ERR)
+    async def patch_contract(qid: int, body: M.ContractPatch):
+        vals = body.model_dump(exclude_unset=True)
+        if not vals:
+            raise ApiError(422, "bad_request", "give at least one of error, confidence, budget, on_miss")
+        return await run_in_threadpool(state.patch_contract, qid, vals)
+
+    @app.get("/queries/{qid}/precision", tags=["precision"], response_model=M.Precision, responses=_ERR)
+    def precision(qid: int, limit: Optional[int] = Query(None, ge=1, le=100_000)):
+        return state.precision(qid, limit)
+
+    @app.get("/queries/{qid}/plan", tags=["queries"], response_model=M.PlanOut, responses=_ERR)
+    def plan(qid: int):
+        return state.plan(qid)
+
+    @app.get("/engine/budgets", tags=["precision"], response_model=M.Budgets)
+    def get_budgets():
+        return state.budgets()
+
+    @app.patch("/engine/budgets", tags=["precision"], response_model=M.Budgets, responses=_ERR)
+    async def patch_budgets(body: M.BudgetsPatch):
+        vals = body.model_dump(exclude_unset=True)
+        if not vals:
+            raise ApiError(422, "bad_request", "give memory_bytes and/or cpu_units_per_s (null = unlimited)")
+        return await run_in_threadpool(state.patch_budgets, vals)
+
+    @app.get("/allocator", tags=["precision"], response_model=M.Allocator)
+    def allocator():
+        return state.allocator()
+
+    @app.get("/control", tags=["control"], response_model=M.ControlTables, responses=_ERR)
+    def control(kind: Optional[str] = None):
+        return state.control_tables(kind)
+
+    @app.get("/control/{kind}/{name}", tags=["control"], response_model=M.ControlTableOut, responses=_ERR)
+    def control_one(kind: str, name: str):
+        return state.control_table(kind, name)
+
+    @app.patch("/control/{kind}/{name}", tags=["control"], response_model=M.ControlWrite, responses=_ERR,
+               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                   "type": "object", "description": "{knob: value, ...}; all validated before any is set"}}}}})
+    async def control_set(kind: str, name: str, request: Request):
+        body = await read_body(request, limits.max_body_bytes)
+        try:
+            doc = json.loads(body) if body else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, "invalid_json", f"invalid JSON body: {getattr(exc, 'msg', exc)}") from None
+        return await run_in_threadpool(state.set_controls, kind, name, doc)
 
     # -- summaries ------------------------------------------------------------------------------
-    @app.post("/summaries/load", status_code=201)
-    async def load_summary(request: Request):
-        doc = await read_json_object(request, limits.max_body_bytes, required=("path",), optional=("name", "as"))
-        for k in ("name", "as"):
-            if doc.get(k) is not None and not isinstance(doc[k], str):
-                raise ApiError(422, "bad_request", f"\"{k}\" must be a string", field=k)
-        return await run_in_threadpool(state.load_summary, doc["path"], doc.get("name"), doc.get("as"))
+    @app.post("/summaries/load", status_code=201, tags=["summaries"], responses=_ERR)
+    async def load_summary(body: M.SummaryLoad):
+        return await run_in_threadpool(state.load_summary, body.path, body.name, body.as_)
 
-    @app.get("/summaries")
+    @app.get("/summaries", tags=["summaries"])
     def list_summaries():
         return state.list_summaries()
 
-    @app.get("/summaries/{name}")
+    @app.get("/summaries/{name}", tags=["summaries"], responses=_ERR)
     def get_summary(name: str):
         return state.describe_summary(name)
 
-    @app.get("/summaries/{name}/estimate")
+    @app.get("/summaries/{name}/estimate", tags=["summaries"], responses=_ERR)
     def estimate(name: str, value: List[str] = Query(default=[]), t_from: Optional[float] = None,
                  t_to: Optional[float] = None, confidence: float = 0.95, attr: Optional[str] = None,
                  type: Optional[str] = None):
@@ -280,13 +569,14 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         values = [parse_value(v, type) for v in value]
         return state.estimate(name, values, t_from, t_to, confidence, attr)
 
-    @app.delete("/summaries/{name}")
-    def unload_summary(name: str):
-        return state.unload_summary(name)
+    @app.delete("/summaries/{name}", tags=["summaries"], response_model=M.Deleted, responses=_ERR)
+    async def unload_summary(name: str):
+        return await run_in_threadpool(state.unload_summary, name)
 
     # -- metrics ------------------------------------------------------------------------------------
-    @app.get("/metrics")
+    @app.get("/metrics", tags=["overview"])
     def metrics():
         return PlainTextResponse(collect(state), media_type=CONTENT_TYPE)
 
+    _ = ControlError  # (re-exported errors are mapped by the SketchQLError handler)
     return app

@@ -230,17 +230,70 @@ def _typed(col: str, kind: str, vals: list, where: str, lines) -> np.ndarray:
                        f"in 64 bits", stream=where, column_name=col, row=r) from None
 
 
-def _parse_arrow(body: bytes, schema, max_rows: int, seen):
+def _arrow_kind_ok(kind: str, t) -> bool:
     import pyarrow as pa
+
+    if kind == "int":
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+    if kind == "float":
+        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+    if kind == "str":
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+    if kind == "bool":
+        return pa.types.is_boolean(t)
+    return False
+
+
+def _first(mask) -> int:
+    import numpy as _np
+
+    return int(_np.flatnonzero(_np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))[0])
+
+
+def _parse_arrow(body: bytes, schema, max_rows: int, seen):
+    """An Arrow IPC stream with the same checks as JSON: each column's Arrow type must fit the
+    declared kind (INT: integers, or integral floats; DOUBLE: numbers or null; STRING: strings or
+    null; BOOL: booleans), no nulls in INT / BOOL, unsigned values within int64."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     where = schema.name
     try:
         table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
         raise ApiError(400, "bad_batch", f"stream {where}: cannot read the Arrow IPC stream ({exc})",
                        stream=where) from None
     seen[0] = table.num_rows
     _check_rows(table.num_rows, max_rows)
     names = _resolve(schema, table.schema.names, where)
-    cols = {names[n]: table.column(i).to_numpy(zero_copy_only=False) for i, n in enumerate(table.schema.names)}
+    cols = {}
+    for i, n in enumerate(table.schema.names):
+        c = names[n]
+        kind = schema.columns[c]
+        col = table.column(i)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        if not _arrow_kind_ok(kind, col.type):
+            raise ApiError(400, "BatchError", f"stream {where}: column {c!r} is {_KIND_NAME[kind]} but the Arrow "
+                           f"batch gives {col.type}", stream=where, column_name=c, row=0 if table.num_rows else None)
+        if col.null_count and kind in ("int", "bool") and not pa.types.is_null(col.type):
+            r = _first(pc.is_null(col))
+            raise ApiError(400, "BatchError", f"stream {where}: column {c!r} is {_KIND_NAME[kind]} but row {r} is "
+                           f"null", stream=where, column_name=c, row=r)
+        if pa.types.is_unsigned_integer(col.type) and col.type.bit_width == 64 and len(col):
+            big = pc.greater(col, pa.scalar(2**63 - 1, pa.uint64()))
+            if pc.any(big).as_py():
+                r = _first(pc.fill_null(big, False))
+                raise ApiError(400, "BatchError", f"stream {where}: column {c!r} row {r}: "
+                               f"{col[r].as_py()} does not fit in 64 bits (signed)", stream=where,
+                               column_name=c, row=r)
+        if pa.types.is_null(col.type):
+            a = (np.full(len(col), np.nan) if kind == "float" else np.full(len(col), None, dtype=object))
+        else:
+            a = col.to_numpy(zero_copy_only=False)
+            if pa.types.is_unsigned_integer(col.type):
+                a = a.astype(np.int64)
+            if kind == "str":
+                a = a.astype(object)
+        cols[c] = a
     return cols, table.num_rows

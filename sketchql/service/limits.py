@@ -28,8 +28,15 @@ class Limits:
     * ``max_summary_file_bytes``: size of one summary file to load;
     * ``max_results_limit``: the largest ``limit`` of a results/snapshot read
       (``default_results_limit`` when none is given);
-    * ``max_retained_rows``: change rows the service keeps per query for
-      cursor reads (older rows are dropped, a read says how many it missed);
+    * ``max_retained_rows``: the result buffer of each query: change rows the
+      service keeps for cursor reads and SSE, collected after every operation
+      whether or not anyone reads (when full, the oldest rows go and a read
+      that wanted them is told exactly how many it missed);
+    * ``max_time_jump``: seconds a tuple's (or heartbeat's) time may lie ahead
+      of its stream's clock -- a batch with a tuple further ahead is refused
+      whole and its rows counted as ``time_jump`` rejections in ``/metrics``
+      (None: no bound).  Before a stream has a clock, the batch's own
+      earliest time is the reference;
     * ``max_estimate_values``: values in one estimate request;
     * ``summary_roots``: if set, ``/summaries/load`` only reads paths inside
       these directories.
@@ -46,6 +53,7 @@ class Limits:
     default_results_limit: int = 1_000
     max_retained_rows: int = 200_000
     max_estimate_values: int = 1_000
+    max_time_jump: Optional[float] = 86_400.0
     summary_roots: Optional[tuple] = None
 
     def to_dict(self) -> dict:

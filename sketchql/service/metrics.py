@@ -6,7 +6,15 @@ Families (labels in braces):
 * ``sketchql_stream_batches_total{stream}`` counter -- batches accepted;
 * ``sketchql_stream_rejected_batches_total{stream}`` / ``..._rejected_rows_total{stream}``
   counters -- batches (and their rows) refused whole by the service;
+* ``sketchql_stream_rejected_rows_by_reason_total{stream,reason}`` counter -- reason
+  ``invalid`` (types, columns, NaN times), ``late`` (older than the clock),
+  ``time_jump`` (further ahead of the clock than ``max_time_jump``);
 * ``sketchql_stream_clock_seconds{stream}`` gauge -- the stream's event-time clock;
+* ``sketchql_query_buffer_rows{query}`` gauge (rows held in the result buffer) and
+  ``sketchql_query_buffer_capacity_rows`` gauge (``max_retained_rows``);
+* ``sketchql_log_seq`` / ``sketchql_log_durable_seq`` / ``sketchql_checkpoint_seq`` gauges,
+  ``sketchql_log_commits_total`` / ``sketchql_checkpoints_total`` counters (with a data directory);
+* ``sketchql_auth_refused_total{status}`` counter -- requests refused by authentication;
 * ``sketchql_queries`` gauge; ``sketchql_query_result_rows_total{query}`` counter
   (change rows produced in the query's view); ``sketchql_query_clock_seconds{query}``
   and ``sketchql_query_state_rows{query}`` gauges;
@@ -68,6 +76,8 @@ def collect(state) -> str:
              [({"stream": h.name}, state.rejected_batches[h.name]) for h in streams]),
             ("sketchql_stream_rejected_rows_total", "counter", "Rows of refused batches per stream.",
              [({"stream": h.name}, state.rejected_rows[h.name]) for h in streams]),
+            ("sketchql_stream_rejected_rows_by_reason_total", "counter", "Rows of refused batches by reason.",
+             [({"stream": st, "reason": r}, n) for (st, r), n in sorted(state.rejected_by_reason.items())]),
             ("sketchql_stream_clock_seconds", "gauge", "Event-time clock of each stream (seconds).",
              [({"stream": h.name}, h.clock) for h in streams]),
             ("sketchql_queries", "gauge", "Registered continuous queries.", [({}, len(queries))]),
@@ -77,11 +87,26 @@ def collect(state) -> str:
              [({"query": str(q.id)}, q.clock) for q in queries]),
             ("sketchql_query_state_rows", "gauge", "Rows held in each query's operator state.",
              [({"query": str(q.id)}, q.stats().get("state_rows", 0)) for q in queries]),
+            ("sketchql_query_buffer_rows", "gauge", "Rows held in each query's result buffer.",
+             [({"query": str(q.id)}, state.logs[q.id].retained if q.id in state.logs else 0) for q in queries]),
+            ("sketchql_query_buffer_capacity_rows", "gauge", "Capacity of each query's result buffer (rows).",
+             [({}, state.limits.max_retained_rows)]),
             ("sketchql_summaries_loaded", "gauge", "Summaries loaded with /summaries/load.",
              [({}, len(state.summaries.entries))]),
             ("sketchql_demo_tuples_total", "counter", "Tuples pushed by the demo feeder.",
              [({}, state.demo.pushed if state.demo is not None else 0)]),
             ("sketchql_http_requests_total", "counter", "HTTP requests by method and status.",
              [({"method": m, "status": str(s)}, n) for (m, s), n in http]),
+            ("sketchql_auth_refused_total", "counter", "Requests refused by authentication, by status.",
+             [({"status": str(s)}, n) for s, n in sorted(state.auth_failures.items())]),
         ]
+        if state.store is not None:
+            ds = state.store.status()
+            fam += [("sketchql_log_seq", "gauge", "Last operation appended to the log.", [({}, ds["last_seq"])]),
+                    ("sketchql_log_durable_seq", "gauge", "Last operation committed (fsynced).",
+                     [({}, ds["durable_seq"])]),
+                    ("sketchql_checkpoint_seq", "gauge", "Operation covered by the newest checkpoint.",
+                     [({}, ds["checkpoint_seq"])]),
+                    ("sketchql_log_commits_total", "counter", "Group commits of the log.", [({}, ds["commits"])]),
+                    ("sketchql_checkpoints_total", "counter", "Checkpoints written.", [({}, ds["checkpoints"])])]
     return render(fam)

@@ -24,7 +24,9 @@ cursor points before the oldest kept row starts at the oldest and reports
 """
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from collections import deque
 
 import numpy as np
@@ -123,5 +125,44 @@ class ResultLog:
             for i in range(hi - lo):
                 rows.append({"seq": lo + i, "sign": signs[i], "at": ats[i],
                              "row": {c: cols[j][i] for j, c in enumerate(self.names)}})
-        return {"since": since, "next": max(end, start), "rows": rows, "missed": missed,
-                "available": self.total - max(end, start), "first_available": self.first, "total": self.total}
+        nxt = max(end, start)
+        return {"since": since, "next": nxt, "rows": rows, "missed": missed,
+                "available": max(self.total - nxt, 0), "first_available": self.first, "total": self.total}
+
+
+class Notifier:
+    """Wakes asyncio waiters (SSE streams) from any thread when results grew.
+
+    >>> n = Notifier()
+    >>> async def main():
+    ...     ev = n.subscribe()
+    ...     n.notify()
+    ...     await asyncio.wait_for(ev.wait(), 1)
+    ...     n.unsubscribe(ev)
+    ...     return True
+    >>> asyncio.run(main())
+    True
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._subs: dict = {}            # asyncio.Event -> its loop
+
+    def subscribe(self) -> asyncio.Event:
+        ev = asyncio.Event()
+        with self._lock:
+            self._subs[ev] = asyncio.get_running_loop()
+        return ev
+
+    def unsubscribe(self, ev) -> None:
+        with self._lock:
+            self._subs.pop(ev, None)
+
+    def notify(self) -> None:
+        with self._lock:
+            subs = list(self._subs.items())
+        for ev, loop in subs:
+            try:
+                loop.call_soon_threadsafe(ev.set)
+            except RuntimeError:          # the loop is closed
+                self.unsubscribe(ev)

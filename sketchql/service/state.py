@@ -1,8 +1,22 @@
-"""The service's state: one Engine, its query result logs, loaded summaries and counters, behind one lock.
+"""The service's state: one Engine, its query result buffers, loaded summaries, counters, the durable log.
 
 The engine is single-threaded, so every call into it (HTTP handlers run in a
 thread pool, the demo feeder in its own thread) goes through ``with
 state.lock``.  Nothing here looks at the wall clock: time is the data's.
+
+Every mutation (DDL, registration, deregistration, batch, heartbeat, knob
+write, summary load) is one *operation*: under the lock it is applied to the
+engine, appended to the operation log (:mod:`sketchql.service.durability`,
+when the state has a data directory) and the results of every query are
+collected into their buffers; outside the lock the caller waits until the
+operation is committed, then answers 2xx.  Recovery (:meth:`recover`) loads
+the newest checkpoint and applies the logged operations after it the same
+way, so the state after a restart equals the state before the crash for
+everything acknowledged.
+
+Results are collected after *every* operation into a :class:`ResultLog` per
+query of ``Limits.max_retained_rows`` rows, whether or not anyone reads, so
+nothing is dropped while the buffer has room.
 
 >>> st = ServiceState()
 >>> st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")["created"]
@@ -18,38 +32,60 @@ state.lock``.  Nothing here looks at the wall clock: time is the data's.
 """
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
 from collections import defaultdict
 
 import numpy as np
 
+from ..control import ControlError, jsonable
 from ..errors import SketchQLError
 from .errors import ApiError, from_exception, limit_exceeded, not_found
 from .limits import Limits
-from .results import ResultLog, frame_records, json_number
+from .results import Notifier, ResultLog, frame_records, json_number
 from .summaries import SummaryRegistry, estimate as estimate_summary
 
+log = logging.getLogger("sketchql.service")
+
 _DDL = ("CreateStream", "CreateTable", "CreateSummary", "Drop")
+CONTRACT_KNOBS = ("error", "confidence", "budget", "on_miss")
+QUERY_STATE_KNOBS = ("weight", "active")
+BUDGET_KNOBS = ("memory_bytes", "cpu_units_per_s")
 
 
 class ServiceState:
-    """Engine + result logs + loaded summaries + counters (see module docstring)."""
+    """Engine + result buffers + loaded summaries + counters + durable log (see module docstring).
 
-    def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0):
+    ``store``: an :class:`~sketchql.service.durability.OpLog` (None: nothing survives a restart).
+    ``auth``: an :class:`~sketchql.service.auth.Auth` (None: no tokens configured).
+    """
+
+    def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None):
         if engine is None:
             from ..engine import Engine
             engine = Engine(seed=seed)
         self.engine = engine
+        self.seed = int(seed)
         self.limits = limits or Limits()
         self.lock = threading.RLock()
         self.logs: dict[int, ResultLog] = {}
         self.summaries = SummaryRegistry(self.limits.max_summaries, self.limits.max_summary_file_bytes,
                                          self.limits.summary_roots)
-        self.rejected_rows = defaultdict(int)
+        self.rejected_rows = defaultdict(int)       # stream -> rows of refused batches
         self.rejected_batches = defaultdict(int)
-        self.http = defaultdict(int)          # (method, status) -> requests (guarded by http_lock)
+        self.rejected_by_reason = defaultdict(int)  # (stream, reason) -> rows
+        self.http = defaultdict(int)                # (method, status) -> requests (guarded by http_lock)
         self.http_lock = threading.Lock()
+        self.auth_failures = defaultdict(int)       # status -> requests refused by auth
         self.demo = None
+        self.store = store
+        self.auth = auth
+        self.notifier = Notifier()
+        self.replaying = False
+        self.recovery: dict | None = None
+        self.boot = time.time()
 
     # -- checks ------------------------------------------------------------------
     def check_sql(self, sql) -> str:
@@ -58,6 +94,33 @@ class ServiceState:
         if len(sql) > self.limits.max_sql_chars:
             raise limit_exceeded(413, "max_sql_chars", len(sql), self.limits.max_sql_chars, "SQL length")
         return sql
+
+    # -- the operation log -----------------------------------------------------------
+    def _log(self, kind: str, meta: dict, payload: bytes | None = None, tuples: int = 0):
+        """Append an applied operation (under the lock); returns its seq (None without a store)."""
+        if self.store is None or self.replaying:
+            return None
+        return self.store.append(kind, meta, payload, tuples)
+
+    def wait_durable(self, seq) -> None:
+        """Block (outside the lock) until operation ``seq`` is on disk."""
+        if self.store is not None and seq is not None:
+            from .durability import DataDirError
+            try:
+                self.store.wait(seq)
+            except DataDirError as exc:
+                raise ApiError(503, "not_durable", f"the change was applied but could not be made durable: {exc}")\
+                    from None
+
+    def _collect_all(self) -> None:
+        """Drain every query's new changes into its buffer (after each operation, under the lock)."""
+        grew = False
+        for q in self.engine.queries:
+            log_ = self._collect(q)
+            grew = grew or log_.total != getattr(log_, "_seen", -1)
+            log_._seen = log_.total
+        if grew and not self.replaying:
+            self.notifier.notify()
 
     # -- streams -------------------------------------------------------------------
     def _schema(self, name: str):
@@ -86,27 +149,51 @@ class ServiceState:
                 kind = type(s).__name__
                 pos = getattr(s, "pos", (None, None)) or (None, None)
                 if kind not in _DDL:
-                    what = "POST /queries" if kind in ("Query", "Explain") else "another endpoint"
+                    what = "POST /queries (or POST /explain)" if kind in ("Query", "Explain") else "another endpoint"
                     raise ApiError(400, "wrong_endpoint", f"{kind} statements are not accepted here; use {what} "
                                    f"(this endpoint takes CREATE STREAM / TABLE / SUMMARY and DROP)",
                                    line=pos[0], column=pos[1])
                 if kind == "Drop" and s.kind == "query":
                     raise ApiError(400, "wrong_endpoint", "drop a query with DELETE /queries/{id}",
                                    line=pos[0], column=pos[1])
-                if kind in ("CreateStream", "CreateTable"):
-                    created.append(s.name)
-                elif kind == "CreateSummary":
+                if kind in ("CreateStream", "CreateTable", "CreateSummary"):
                     created.append(s.name)
             n_rel = len(self.engine.catalog.streams) + len(self.engine.catalog.tables)
             n_new = sum(type(s).__name__ in ("CreateStream", "CreateTable") for s in stmts)
             if n_rel + n_new > self.limits.max_streams:
                 raise limit_exceeded(422, "max_streams", n_rel + n_new, self.limits.max_streams,
                                      "declared streams and tables")
+            applied, err = self._apply_ddl(stmts, sql)
+            seq = self._log("ddl", {"sql": sql, "n": applied}) if applied else None
+            if applied:
+                self._collect_all()
+        self.wait_durable(seq)
+        if err is not None:
+            api = from_exception(err)
+            if applied:
+                api.message += f" (statement {applied + 1} of {len(stmts)} failed; the {applied} before it " \
+                               f"were applied and stay)"
+                api.fields["applied_statements"] = applied
+            raise api
+        return {"ok": True, "statements": len(stmts), "created": created}
+
+    def _apply_ddl(self, stmts, sql, n=None):
+        """Apply the first ``n`` (all) statements one by one: ``(applied, error or None)``."""
+        run = getattr(self.engine, "_execute_stmt", None)
+        if run is None:                        # an engine without per-statement execution: all or error
             try:
                 self.engine.execute(sql)
+                return len(stmts), None
             except SketchQLError as exc:
-                raise from_exception(exc) from None
-            return {"ok": True, "statements": len(stmts), "created": created}
+                return 0, exc
+        applied = 0
+        for s in stmts[: len(stmts) if n is None else n]:
+            try:
+                run(s, sql)
+            except SketchQLError as exc:
+                return applied, exc
+            applied += 1
+        return applied, None
 
     def describe_stream(self, name: str) -> dict:
         with self.lock:
@@ -118,10 +205,11 @@ class ServiceState:
                    if not schema.is_table else []}
             if not schema.is_table:
                 st = self.engine.stream(schema.name).stats()
-                out["stats"] = {k: (json_number(v) if isinstance(v, float) else v) for k, v in st.items()
-                                if k != "knobs"}
+                out["stats"] = {k: jsonable(v) for k, v in st.items() if k != "knobs"}
                 out["stats"]["rejected_rows"] = self.rejected_rows[schema.name]
-                out["knobs"] = st.get("knobs", {})
+                out["stats"]["rejected_rows_by_reason"] = {r: n for (s, r), n in self.rejected_by_reason.items()
+                                                           if s == schema.name}
+                out["knobs"] = jsonable(st.get("knobs", {}))
             return out
 
     def list_streams(self) -> dict:
@@ -130,39 +218,92 @@ class ServiceState:
             return {"streams": [self.describe_stream(s.name) for s in cat.streams],
                     "tables": [self.describe_stream(t.name) for t in cat.tables]}
 
-    def push(self, name: str, columns: dict, n: int) -> dict:
-        """Push one parsed batch; a rejected batch changes nothing (and is counted). Returns the receipt."""
+    def _count_reject(self, name: str, n: int, reason: str):
+        self.rejected_rows[name] += n
+        self.rejected_batches[name] += 1
+        self.rejected_by_reason[(name, reason)] += n
+
+    def _check_jump(self, schema, ts: np.ndarray, n: int):
+        """Refuse times more than ``max_time_jump`` s ahead of the stream clock (or of the batch's
+        earliest time when the stream has no clock yet)."""
+        jump = self.limits.max_time_jump
+        if jump is None or schema.is_table or not len(ts):
+            return
+        clock = self.engine.stream(schema.name).clock
+        ts = np.asarray(ts, dtype=np.float64)
+        finite = np.isfinite(ts)
+        if not finite.any():
+            return
+        ref = clock if np.isfinite(clock) else float(ts[finite].min())
+        bad = finite & (ts > ref + jump)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            self._count_reject(schema.name, n, "time_jump")
+            what = "the stream clock" if np.isfinite(clock) else "the batch's earliest time"
+            raise ApiError(400, "TimeJumpError", f"stream {schema.name}: row {r} has timestamp {ts[r]:g}, more "
+                           f"than max_time_jump={jump:g} s ahead of {what} {ref:g}; the whole batch is refused "
+                           f"(raise --max-time-jump if such jumps are real)", stream=schema.name, row=r,
+                           column_name=schema.timestamp, limit="max_time_jump")
+
+    def push(self, name: str, columns: dict, n: int, wait: bool = True) -> dict:
+        """Push one parsed batch; a refused batch changes nothing (and is counted). Returns the receipt
+        once the batch is durable (``wait=False``: at once, for callers already holding the lock)."""
+        from .durability import encode_columns
+
         with self.lock:
             schema = self._schema(name)
+            if not schema.is_table:
+                tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
+                if tcol is not None:
+                    try:
+                        self._check_jump(schema, np.asarray(columns[tcol], dtype=np.float64), n)
+                    except (TypeError, ValueError):
+                        pass                    # not numeric: the engine reports it below
             try:
                 self.engine.push(schema.name, columns)
             except SketchQLError as exc:
-                self.rejected_rows[schema.name] += n
-                self.rejected_batches[schema.name] += 1
+                self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
                 raise from_exception(exc, stream=schema.name) from None
+            seq = self._log("push", {"stream": schema.name}, encode_columns(columns), n) \
+                if self.store is not None and not self.replaying else None
+            self._collect_all()
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
-            return {"stream": schema.name, "accepted": n, "clock": json_number(clock)}
+        if wait:
+            self.wait_durable(seq)
+        return {"stream": schema.name, "accepted": n, "clock": json_number(clock), "seq": seq}
 
-    def reject(self, name: str, n: int = 0):
+    def reject(self, name: str, n: int = 0, reason: str = "invalid"):
         with self.lock:
             schema = self.engine.catalog.get(name)
             if schema is not None:
-                self.rejected_batches[schema.name] += 1
-                self.rejected_rows[schema.name] += n
+                self._count_reject(schema.name, n, reason)
 
-    def heartbeat(self, name: str, ts) -> dict:
+    def heartbeat(self, name: str, ts, wait: bool = True) -> dict:
         with self.lock:
             schema = self._schema(name)
             if schema.is_table:
                 raise ApiError(400, "bad_request", f"{schema.name} is a table; heartbeats are for streams",
                                stream=schema.name)
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(float(ts)):
+                raise ApiError(422, "bad_request", f"\"ts\" must be a finite number, got {ts!r}", field="ts",
+                               stream=schema.name)
+            ts = float(ts)
+            jump = self.limits.max_time_jump
+            clock = self.engine.stream(schema.name).clock
+            if jump is not None and np.isfinite(clock) and ts > clock + jump:
+                raise ApiError(400, "TimeJumpError", f"stream {schema.name}: heartbeat {ts:g} is more than "
+                               f"max_time_jump={jump:g} s ahead of the stream clock {clock:g}", stream=schema.name,
+                               field="ts", limit="max_time_jump")
             try:
-                self.engine.heartbeat(schema.name, float(ts))
-            except (TypeError, ValueError) as exc:
-                if isinstance(exc, SketchQLError):
-                    raise from_exception(exc, stream=schema.name) from None
-                raise ApiError(422, "bad_request", f"\"ts\" must be a number, got {ts!r}", field="ts") from None
-            return {"stream": schema.name, "clock": json_number(self.engine.stream(schema.name).clock)}
+                self.engine.heartbeat(schema.name, ts)
+            except SketchQLError as exc:
+                raise from_exception(exc, stream=schema.name) from None
+            seq = self._log("heartbeat", {"stream": schema.name, "ts": ts})
+            self._collect_all()
+            out = {"stream": schema.name, "clock": json_number(self.engine.stream(schema.name).clock), "seq": seq}
+        if wait:
+            self.wait_durable(seq)
+        return out
 
     # -- queries ---------------------------------------------------------------------
     def _query(self, qid: int):
@@ -171,49 +312,108 @@ class ServiceState:
                 return q
         raise not_found("query", qid, [q.id for q in self.engine.queries])
 
-    def register(self, sql: str) -> dict:
+    def explain(self, sql: str) -> dict:
+        """EXPLAIN of one query (``EXPLAIN`` prefix optional): the text and the plan as JSON."""
+        from ..planner import ast as A
+        from ..planner.parser import parse
+        from .plans import plan_json
+
         self.check_sql(sql)
+        with self.lock:
+            try:
+                stmts = parse(sql)
+                if len(stmts) != 1 or not isinstance(stmts[0], (A.Query, A.Explain)):
+                    raise ApiError(400, "bad_request", "EXPLAIN takes exactly one SELECT query", field="sql")
+                q = stmts[0].query if isinstance(stmts[0], A.Explain) else stmts[0]
+                text = self.engine.explain(sql)
+                plan = None
+                physical = getattr(self.engine, "_plan_physical", None)
+                if physical is not None:
+                    try:
+                        plan = plan_json(physical(q, explain=True))
+                    except SketchQLError:
+                        plan = None
+            except SketchQLError as exc:
+                raise from_exception(exc) from None
+        return {"sql": sql, "explain": text, "plan": plan}
+
+    def register(self, sql: str) -> dict:
+        """Register one SELECT (an ``EXPLAIN SELECT`` is explained instead, nothing registered).
+
+        Atomic: a registration that fails leaves no query behind (and consumes no id visible to
+        anyone)."""
+        from ..engine.checkpoint import next_query_id, set_next_query_id
+        from ..planner import ast as A
+        from ..planner.parser import parse
+
+        self.check_sql(sql)
+        try:
+            stmts = parse(sql)
+        except SketchQLError as exc:
+            raise from_exception(exc) from None
+        if len(stmts) == 1 and isinstance(stmts[0], A.Explain):
+            out = self.explain(sql)
+            out["registered"] = False
+            return out
         with self.lock:
             if len(self.engine.queries) >= self.limits.max_queries:
                 raise limit_exceeded(422, "max_queries", len(self.engine.queries) + 1, self.limits.max_queries,
                                      "registered queries (DELETE /queries/{id} one first)")
+            before = {q.id for q in self.engine.queries}
+            nid = next_query_id(self.engine)
             try:
                 q = self.engine.register(sql)
-            except SketchQLError as exc:
-                raise from_exception(exc) from None
+            except Exception as exc:                       # roll back whatever the failed attempt left
+                for extra in [q for q in self.engine.queries if q.id not in before]:
+                    self.engine.deregister(extra)
+                set_next_query_id(self.engine, nid)
+                if isinstance(exc, SketchQLError):
+                    raise from_exception(exc) from None
+                log.exception("registration failed")
+                raise ApiError(500, "internal_error", f"registering the query failed inside the engine "
+                               f"({type(exc).__name__}: {exc}); nothing was registered") from None
             self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
-            return self._describe_query(q, full=False)
+            seq = self._log("register", {"sql": sql, "id": q.id})
+            if self.store is not None:
+                self.store.set_meta("max_query_id", max(q.id, int(self.store.get_meta("max_query_id", 0) or 0)))
+            self._collect_all()
+            out = self._describe_query(q, full=False)
+        self.wait_durable(seq)
+        return out
 
     def _collect(self, q):
-        log = self.logs.get(q.id)
-        if log is None:
-            log = self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+        log_ = self.logs.get(q.id)
+        if log_ is None:
+            log_ = self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
         batches = q.poll()
-        log.skip(getattr(batches, "missed", 0))
+        log_.skip(getattr(batches, "missed", 0))
         for ch in batches:
-            log.append(ch)
-        return log
+            log_.append(ch)
+        return log_
 
     def collect_all(self):
         with self.lock:
-            for q in self.engine.queries:
-                self._collect(q)
+            self._collect_all()
 
     def _describe_query(self, q, full=True) -> dict:
         out = {"id": q.id, "sql": q.sql, "view": q.view, "columns": list(q.names), "engine": q.plan.engine,
-               "clock": json_number(q.clock), "links": {"self": f"/queries/{q.id}",
-                                                        "results": f"/queries/{q.id}/results?since=0",
-                                                        "snapshot": f"/queries/{q.id}/snapshot"}}
+               "clock": json_number(q.clock), "active": bool(getattr(q, "active", True)),
+               "weight": jsonable(getattr(q, "weight", 1.0)),
+               "links": {"self": f"/queries/{q.id}", "results": f"/queries/{q.id}/results?since=0",
+                         "stream": f"/queries/{q.id}/stream", "snapshot": f"/queries/{q.id}/snapshot",
+                         "contract": f"/queries/{q.id}/contract", "precision": f"/queries/{q.id}/precision",
+                         "plan": f"/queries/{q.id}/plan"}}
         if full:
-            log = self._collect(q)
+            log_ = self._collect(q)
             out["explain"] = q.explain()
             st = q.stats()
-            out["stats"] = {k: v for k, v in st.items() if k not in ("operators", "knobs")}
-            out["stats"]["clock"] = json_number(st.get("clock"))
-            out["stats"]["result_rows"] = log.total
-            out["stats"]["retained_rows"] = log.retained
-            out["operators"] = _clean(st.get("operators", []))
-            out["knobs"] = st.get("knobs", {})
+            out["stats"] = jsonable({k: v for k, v in st.items() if k not in ("operators", "knobs")})
+            out["stats"]["result_rows"] = log_.total
+            out["stats"]["retained_rows"] = log_.retained
+            out["stats"]["buffer_rows"] = log_.max_rows
+            out["operators"] = jsonable(st.get("operators", []))
+            out["knobs"] = jsonable(st.get("knobs", {}))
+            out["contract"] = self._contract(q)
         return out
 
     def describe_query(self, qid: int) -> dict:
@@ -229,26 +429,175 @@ class ServiceState:
             q = self._query(qid)
             self.engine.deregister(q)
             self.logs.pop(qid, None)
-            return {"ok": True, "deleted": qid}
+            seq = self._log("deregister", {"id": qid})
+        self.notifier.notify()
+        self.wait_durable(seq)
+        return {"ok": True, "deleted": qid}
 
+    # -- contracts, knobs, budgets, control tables -------------------------------------
+    def _contract(self, q) -> dict:
+        k = q.knobs()
+        return jsonable({n: k.get(n) for n in CONTRACT_KNOBS + ("budget_unit",)})
+
+    def _set_controls(self, kind: str, name: str, values: dict) -> dict:
+        """Set knobs of one entity, all or nothing (each validated first), logged as one operation each."""
+        ct = self.engine.controls
+        try:
+            table = ct.get(kind, name)
+        except ControlError as exc:
+            raise ApiError(404, "not_found", str(exc), kind=kind, name=name) from None
+        for knob, value in values.items():
+            try:
+                table.knob(knob).coerce(value, where=f"{kind} {table.name}")
+            except (ControlError, SketchQLError, KeyError) as exc:
+                raise ApiError(422, "bad_control", str(exc).strip("'\""), kind=kind, name=table.name, knob=knob) \
+                    from None
+        applied, seq = {}, None
+        for knob, value in values.items():
+            try:
+                applied[knob] = ct.set(kind, table.name, knob, value)
+            except (ControlError, SketchQLError) as exc:
+                raise ApiError(422, "bad_control", str(exc), kind=kind, name=table.name, knob=knob) from None
+            seq = self._log("control", {"kind": kind, "name": table.name, "knob": knob, "value": jsonable(value)})
+        self._collect_all()
+        return {"applied": jsonable(applied), "seq": seq}
+
+    def set_controls(self, kind: str, name: str, values: dict) -> dict:
+        if not isinstance(values, dict) or not values:
+            raise ApiError(422, "bad_request", "the body must be a non-empty JSON object {\"knob\": value, ...}")
+        with self.lock:
+            res = self._set_controls(kind, name, values)
+            table = self.engine.controls.get(kind, name).as_dict()
+        self.wait_durable(res["seq"])
+        return {"applied": res["applied"], "table": jsonable(table)}
+
+    def control_tables(self, kind=None) -> dict:
+        from ..control import KINDS
+
+        if kind is not None and kind not in KINDS:
+            raise ApiError(404, "not_found", f"unknown control-table kind {kind!r} (kinds: {', '.join(KINDS)})",
+                           kind=kind)
+        with self.lock:
+            return {"tables": jsonable(self.engine.controls.as_json(kind))}
+
+    def control_table(self, kind: str, name: str) -> dict:
+        with self.lock:
+            try:
+                return jsonable(self.engine.controls.get(kind, name).as_dict())
+            except ControlError as exc:
+                raise ApiError(404, "not_found", str(exc), kind=kind, name=name) from None
+
+    def contract(self, qid: int) -> dict:
+        with self.lock:
+            q = self._query(qid)
+            return dict({"query": qid}, **self._contract(q))
+
+    def patch_contract(self, qid: int, values: dict) -> dict:
+        with self.lock:
+            q = self._query(qid)
+            res = self._set_controls("query", f"q{q.id}", values)
+            out = dict({"query": qid}, **self._contract(q))
+        self.wait_durable(res["seq"])
+        return out
+
+    def query_state(self, q) -> dict:
+        return {"query": q.id, "active": bool(q.active), "weight": jsonable(q.weight)}
+
+    def patch_query(self, qid: int, values: dict) -> dict:
+        with self.lock:
+            q = self._query(qid)
+            res = self._set_controls("query", f"q{q.id}", values)
+            out = self._describe_query(q, full=False)
+        self.wait_durable(res["seq"])
+        return out
+
+    def budgets(self) -> dict:
+        with self.lock:
+            return jsonable(dict(self.engine.budgets))
+
+    def patch_budgets(self, values: dict) -> dict:
+        with self.lock:
+            res = self._set_controls("engine", "engine", values)
+            out = jsonable(dict(self.engine.budgets))
+        self.wait_durable(res["seq"])
+        return out
+
+    def precision(self, qid: int, limit=None) -> dict:
+        """``query.precision()`` and its series when the precision API exists, else "not available"."""
+        with self.lock:
+            q = self._query(qid)
+            out = {"query": qid, "contract": self._contract(q)}
+            if hasattr(q, "precision"):
+                out["available"] = True
+                out["precision"] = jsonable(q.precision())
+            else:
+                out["available"] = False
+                out["precision"] = None
+                out["reason"] = "not available: this engine has no precision API (query.precision())"
+            if hasattr(q, "precision_series"):
+                out["series"] = jsonable(q.precision_series(limit))
+            else:
+                out["series"] = None
+            return out
+
+    def allocator(self) -> dict:
+        with self.lock:
+            alloc = getattr(self.engine, "allocator", None)
+            if alloc is None:
+                return {"available": False, "reason": "not available: this engine has no allocator",
+                        "budgets": jsonable(dict(self.engine.budgets))}
+            dec = alloc.decision() if hasattr(alloc, "decision") else None
+            return {"available": True, "enabled": bool(getattr(alloc, "enabled", True)), "decision": jsonable(dec),
+                    "budgets": jsonable(dict(self.engine.budgets))}
+
+    def plan(self, qid: int) -> dict:
+        from .plans import plan_json
+
+        with self.lock:
+            q = self._query(qid)
+            if hasattr(q, "plan_view"):
+                view = jsonable(q.plan_view())
+            else:
+                view = plan_json(q.plan, query=q.id)
+            return {"query": qid, "explain": q.explain(), "plan": view}
+
+    # -- results -------------------------------------------------------------------------
     def check_limit(self, limit) -> int:
         if limit is None:
             return self.limits.default_results_limit
         if limit < 1 or limit > self.limits.max_results_limit:
-            raise limit_exceeded(422, "max_results_limit", limit, self.limits.max_results_limit,
-                                 "limit (must be 1..max)")
+            raise ApiError(422, "bad_parameter", f"limit must be in 1..{self.limits.max_results_limit} "
+                           f"(max_results_limit), got {limit}", parameter="limit", limit="max_results_limit",
+                           value=limit)
         return int(limit)
+
+    def _check_since(self, since, log_) -> int:
+        if since < 0:
+            raise ApiError(422, "bad_parameter", f"since must be >= 0, got {since}", parameter="since")
+        if since > log_.total:
+            raise ApiError(422, "bad_parameter", f"since={since} is past the end of the results: the query has "
+                           f"produced {log_.total} rows so far (cursors run 0..{log_.total})",
+                           parameter="since", total=log_.total)
+        return int(since)
 
     def results(self, qid: int, since: int, limit) -> dict:
         limit = self.check_limit(limit)
-        if since < 0:
-            raise ApiError(422, "bad_parameter", f"since must be >= 0, got {since}", parameter="since")
         with self.lock:
             q = self._query(qid)
-            log = self._collect(q)
-            out = log.read(since, limit)
-            return dict({"query": qid, "view": q.view, "columns": list(q.names), "clock": json_number(q.clock)},
-                        **out)
+            log_ = self._collect(q)
+            since = self._check_since(since, log_)
+            out = log_.read(since, limit)
+            return dict({"query": qid, "view": q.view, "columns": list(q.names), "clock": json_number(q.clock),
+                         "buffer_rows": log_.max_rows}, **out)
+
+    def read_for_stream(self, qid: int, since: int, limit: int):
+        """(page dict or None if the query is gone) for the SSE endpoint."""
+        with self.lock:
+            q = next((x for x in self.engine.queries if x.id == qid), None)
+            if q is None:
+                return None
+            log_ = self.logs.get(q.id) or self._collect(q)
+            return log_.read(since, limit)
 
     def snapshot(self, qid: int, at, limit) -> dict:
         limit = self.check_limit(limit)
@@ -282,6 +631,9 @@ class ServiceState:
         with self.lock:
             reserved = list(self.live_summaries())
         info = self.summaries.load(path, name, as_name, reserved=reserved)   # file reading outside the lock
+        with self.lock:
+            seq = self._log("summary_load", {"path": path, "name": name, "as": as_name})
+        self.wait_durable(seq)
         return info
 
     def describe_summary(self, name: str) -> dict:
@@ -308,6 +660,9 @@ class ServiceState:
                                  "values in one estimate")
         if not values:
             raise ApiError(422, "bad_parameter", "give at least one value (?value=...)", parameter="value")
+        for p, v in (("t_from", t_from), ("t_to", t_to), ("confidence", confidence)):
+            if v is not None and not math.isfinite(v):
+                raise ApiError(422, "bad_parameter", f"{p} must be finite, got {v}", parameter=p)
         with self.lock:
             if name in self.summaries.entries:
                 return self.summaries.estimate_loaded(name, values, t_from, t_to, confidence)
@@ -330,7 +685,105 @@ class ServiceState:
     def unload_summary(self, name: str) -> dict:
         with self.lock:
             self.summaries.unload(name)
-            return {"ok": True, "deleted": name}
+            seq = self._log("summary_unload", {"name": name})
+        self.wait_durable(seq)
+        return {"ok": True, "deleted": name}
+
+    # -- checkpoint and recovery -------------------------------------------------------
+    def snapshot_state(self) -> tuple[int, bytes]:
+        """``(seq, bytes)``: everything a restart needs, consistent with the log up to ``seq``."""
+        from ..engine.checkpoint import dumps, next_query_id
+
+        with self.lock:
+            seq = self.store.last_seq if self.store is not None else 0
+            data = dumps({"version": 1, "seq": seq, "engine": self.engine, "logs": self.logs,
+                          "summaries": self.summaries.entries, "next_query_id": next_query_id(self.engine),
+                          "rejected_rows": dict(self.rejected_rows), "rejected_batches": dict(self.rejected_batches),
+                          "rejected_by_reason": dict(self.rejected_by_reason)})
+        return seq, data
+
+    def checkpoint(self) -> dict:
+        """Write a checkpoint now (atomic) and drop the log before it."""
+        if self.store is None:
+            raise ApiError(409, "no_data_dir", "this server keeps no state on disk (started without --data-dir)")
+        t0 = time.perf_counter()
+        seq, data = self.snapshot_state()
+        t1 = time.perf_counter()
+        self.store.write_checkpoint(seq, data)
+        return {"seq": seq, "bytes": len(data), "snapshot_s": t1 - t0, "write_s": time.perf_counter() - t1}
+
+    def recover(self) -> dict:
+        """Load the newest checkpoint and replay the log after it (at start-up, before serving)."""
+        from ..engine.checkpoint import loads, reserve_query_ids
+
+        if self.store is None:
+            return {}
+        t0 = time.perf_counter()
+        info = {"checkpoint_seq": 0, "replayed_ops": 0, "replayed_tuples": 0, "errors": []}
+        with self.lock:
+            ck = self.store.read_checkpoint()
+            if ck is not None:
+                snap = loads(ck[1])
+                self.engine = snap["engine"]
+                self.logs = snap["logs"]
+                self.summaries.entries = snap["summaries"]
+                self.rejected_rows.update(snap.get("rejected_rows", {}))
+                self.rejected_batches.update(snap.get("rejected_batches", {}))
+                self.rejected_by_reason.update(snap.get("rejected_by_reason", {}))
+                reserve_query_ids(self.engine, snap.get("next_query_id", 1))
+                info["checkpoint_seq"] = ck[0]
+            self.replaying = True
+            try:
+                for op in self.store.ops_after(info["checkpoint_seq"]):
+                    try:
+                        self.apply_op(op)
+                    except Exception as exc:        # keep going: report what could not be replayed
+                        info["errors"].append(f"op {op.seq} ({op.kind}): {type(exc).__name__}: {exc}")
+                        log.error("replay of op %s (%s) failed: %s", op.seq, op.kind, exc)
+                    info["replayed_ops"] += 1
+                    info["replayed_tuples"] += op.tuples
+            finally:
+                self.replaying = False
+            reserve_query_ids(self.engine, int(self.store.get_meta("max_query_id", 0) or 0) + 1)
+        info["seconds"] = time.perf_counter() - t0
+        self.recovery = info
+        return info
+
+    def apply_op(self, op) -> None:
+        """Apply one logged operation (replay: no validation beyond the engine's, no logging)."""
+        from ..engine.checkpoint import set_next_query_id
+        from ..planner.parser import parse
+        from .durability import decode_columns
+
+        m = op.meta
+        if op.kind == "push":
+            self.engine.push(m["stream"], decode_columns(op.payload))
+        elif op.kind == "heartbeat":
+            self.engine.heartbeat(m["stream"], m["ts"])
+        elif op.kind == "ddl":
+            n, err = self._apply_ddl(parse(m["sql"]), m["sql"], m.get("n"))
+            if err is not None:
+                raise err
+        elif op.kind == "register":
+            set_next_query_id(self.engine, m["id"])
+            q = self.engine.register(m["sql"])
+            self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+        elif op.kind == "deregister":
+            q = next((x for x in self.engine.queries if x.id == m["id"]), None)
+            if q is not None:
+                self.engine.deregister(q)
+            self.logs.pop(m["id"], None)
+        elif op.kind == "control":
+            self.engine.controls.set(m["kind"], m["name"], m["knob"], m["value"])
+        elif op.kind == "summary_load":
+            reserved = list(self.live_summaries())
+            self.summaries.load(m["path"], m.get("name"), m.get("as"), reserved=reserved)
+        elif op.kind == "summary_unload":
+            if m["name"] in self.summaries.entries:
+                self.summaries.unload(m["name"])
+        else:
+            raise ValueError(f"unknown logged operation {op.kind!r}")
+        self._collect_all()
 
 
 def _clean(x, drop=()):

@@ -21,7 +21,7 @@
 >>> p = os.path.join(tempfile.mkdtemp(), "cs.sqs")
 >>> cs = CountSketch(d=3, w=64, seed=1).update(np.array([5, 5, 6]))
 >>> _ = open(p, "wb").write(encode_summary(cs, {"name": "cs_item"}))
->>> reg = SummaryRegistry(max_summaries=2, max_file_bytes=10**6)
+>>> reg = SummaryRegistry(max_summaries=2, max_file_bytes=10**6, roots=[os.path.dirname(p)])
 >>> reg.load(p)["name"]
 'cs_item'
 >>> reg.estimate_loaded("cs_item", [5, 6, 7])["estimates"][0]["estimate"]
@@ -60,17 +60,14 @@ class SummaryRegistry:
             raise _bad_path("\"path\" must be a non-empty string (a summary store directory or a .sqs file)",
                             str(path))
         if "://" in path and not path.startswith("file://"):
-            try:
-                import fsspec  # noqa: F401
-            except ImportError:
-                raise _bad_path(f"{path!r}: only local paths (or file:// URIs) can be loaded here; other URIs "
-                                f"need the 'fsspec' package on the server", path) from None
-            if self.roots is not None:
-                raise _bad_path(f"{path!r}: remote URIs are disabled when summary_roots is set", path)
-            return "uri", path
+            raise ApiError(403, "forbidden_path", f"{path!r}: remote URIs cannot be loaded (only files below "
+                           f"the configured summary roots)", path=path)
         local = path[len("file://"):] if path.startswith("file://") else path
         real = os.path.realpath(os.path.expanduser(local))
-        if self.roots is not None and not any(real == r or real.startswith(r + os.sep) for r in self.roots):
+        if self.roots is None:
+            raise ApiError(403, "forbidden_path", "no summary roots are configured on this server, so nothing can "
+                           "be loaded (start it with --summary-root DIR)", path=path)
+        if not any(real == r or real.startswith(r + os.sep) for r in self.roots):
             raise ApiError(403, "forbidden_path", f"{path!r} is outside the directories summaries may be loaded "
                            f"from ({', '.join(self.roots)})", path=path)
         if not os.path.exists(real):

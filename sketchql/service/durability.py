@@ -1,0 +1,350 @@
+"""Durable state of the service: an operation log in SQLite (WAL) and atomic checkpoint files.
+
+Layout of a data directory::
+
+    <data-dir>/sketchql.db            SQLite, WAL mode, synchronous=FULL
+        meta(key, value)              small JSON values (format version, demo options, ...)
+        ops(seq, kind, meta, payload, tuples)
+                                      every acknowledged mutation, in the order it was applied:
+                                      ddl / register / deregister / push / heartbeat / control /
+                                      summary_load / summary_unload; a push's payload is its
+                                      columns as an Arrow IPC stream
+    <data-dir>/checkpoint-<seq>.ckpt  the whole service state after op ``seq``
+                                      (header: magic, seq, length, SHA-256; then the snapshot of
+                                      :mod:`sketchql.engine.checkpoint`)
+    <data-dir>/LOCK                   held (flock) by the running server: one server per directory
+
+Why these stores: SQLite gives an append-only, crash-safe log with group commit
+for free (one transaction = one WAL fsync however many operations it holds), and
+lets recovery read the tail with one indexed query; Arrow IPC is the columnar
+wire format clients already send, so a batch is logged without a row-wise
+re-encoding.  A checkpoint is a single file written to ``.tmp``, fsynced,
+renamed over, and the directory fsynced (the POSIX recipe for an atomic
+replace), so a crash leaves either the old or the new checkpoint, never half
+of one; the SHA-256 in the header rejects a torn file anyway.
+
+Group commit: :meth:`OpLog.append` only enqueues (it is called under the
+service lock, so sequence numbers follow the order in which operations were
+applied to the engine); a writer thread commits everything queued in one
+transaction and wakes the callers waiting in :meth:`OpLog.wait`.  The HTTP
+handler answers 2xx only after ``wait(seq)`` returned: an acknowledged
+operation is on disk.
+
+Recovery (:meth:`sketchql.service.state.ServiceState.recover`): load the newest
+valid checkpoint (seq c), then apply the logged operations with seq > c in
+order.  Operations up to c are deleted from the log once checkpoint c is
+durable.
+
+Crash-test hook: if the environment variable ``SKETCHQL_CHECKPOINT_PAUSE_S``
+is set, a checkpoint pauses that many seconds after writing its ``.tmp`` file
+and before renaming it (so a test can SIGKILL the server mid-checkpoint).
+
+>>> import tempfile
+>>> log = OpLog(tempfile.mkdtemp())
+>>> s = log.append("heartbeat", {"stream": "S", "ts": 1.0})
+>>> log.wait(s); [(o.seq, o.kind, o.meta["ts"]) for o in log.ops_after(0)]
+[(1, 'heartbeat', 1.0)]
+>>> log.close()
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import sqlite3
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+
+MAGIC = b"SQCKPT01"
+_HEADER = struct.Struct("<8sQQ32s")       # magic, seq, payload length, sha256
+FORMAT_VERSION = 1
+
+
+class DataDirError(Exception):
+    """The data directory cannot be used (locked by another server, unreadable, wrong format)."""
+
+
+@dataclass
+class Op:
+    seq: int
+    kind: str
+    meta: dict
+    payload: Optional[bytes]
+    tuples: int = 0
+
+
+# ----------------------------------------------------------------------- Arrow payloads
+def encode_columns(columns: dict) -> bytes:
+    """A dict of 1-D numpy arrays as one Arrow IPC stream (the payload of a logged push)."""
+    import pyarrow as pa
+
+    arrays, names = [], []
+    for k, v in columns.items():
+        v = np.asarray(v)
+        if v.dtype.kind == "O":
+            try:
+                arr = pa.array(v, from_pandas=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):       # mixed objects: keep them as text + tag
+                arr = pa.array([None if x is None else repr(x) for x in v], type=pa.string())
+        else:
+            arr = pa.array(v)
+        arrays.append(arr)
+        names.append(str(k))
+    batch = pa.RecordBatch.from_arrays(arrays, names=names)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_columns(payload: bytes) -> dict:
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+    out = {}
+    for i, n in enumerate(table.schema.names):
+        col = table.column(i)
+        a = col.to_numpy(zero_copy_only=False)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            a = a.astype(object)
+        out[n] = a
+    return out
+
+
+# ----------------------------------------------------------------------- the log
+class OpLog:
+    """The SQLite operation log + checkpoint files of one data directory (see module doc)."""
+
+    def __init__(self, path: str, sync: bool = True):
+        self.path = os.path.abspath(path)
+        os.makedirs(self.path, exist_ok=True)
+        self._lockfh = open(os.path.join(self.path, "LOCK"), "a+")
+        try:
+            fcntl.flock(self._lockfh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lockfh.close()
+            raise DataDirError(f"data directory {self.path} is in use by another sketchql server "
+                               f"(its LOCK file is held)") from None
+        self.db_path = os.path.join(self.path, "sketchql.db")
+        try:
+            self.db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS ops (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, "
+                            "meta TEXT NOT NULL, payload BLOB, tuples INTEGER NOT NULL DEFAULT 0)")
+        except sqlite3.DatabaseError as exc:
+            raise DataDirError(f"{self.db_path}: not a sketchql data store ({exc})") from None
+        self._db_lock = threading.Lock()
+        ver = self.get_meta("format_version")
+        if ver is None:
+            self.set_meta("format_version", FORMAT_VERSION)
+        elif ver != FORMAT_VERSION:
+            raise DataDirError(f"{self.path}: data format version {ver}, this server reads {FORMAT_VERSION}")
+        row = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM ops").fetchone()
+        ck = self.latest_checkpoint_seq()
+        self.last_seq = max(int(row[0]), ck or 0)          # last assigned sequence number
+        self.durable_seq = self.last_seq
+        self.checkpoint_seq = ck or 0
+        self.tuples_since_checkpoint = int(self.db.execute(
+            "SELECT COALESCE(SUM(tuples), 0) FROM ops WHERE seq > ?", (self.checkpoint_seq,)).fetchone()[0])
+        self.ops_since_checkpoint = int(self.db.execute(
+            "SELECT COUNT(*) FROM ops WHERE seq > ?", (self.checkpoint_seq,)).fetchone()[0])
+        self.commits = 0
+        self.committed_ops = 0
+        self.last_checkpoint_s = None
+        self.checkpoints = 0
+        self._queue: list = []
+        self._cv = threading.Condition()
+        self._error: Optional[BaseException] = None
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name="sketchql-oplog", daemon=True)
+        self._writer.start()
+
+    # -- meta --------------------------------------------------------------------
+    def get_meta(self, key: str, default=None):
+        with self._db_lock:
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value) -> None:
+        with self._db_lock:
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # -- appending -------------------------------------------------------------------
+    def append(self, kind: str, meta: dict, payload: Optional[bytes] = None, tuples: int = 0) -> int:
+        """Enqueue one operation; returns its sequence number (durable after :meth:`wait`)."""
+        with self._cv:
+            if self._error is not None:
+                raise DataDirError(f"the operation log cannot be written: {self._error}")
+            self.last_seq += 1
+            seq = self.last_seq
+            self._queue.append((seq, kind, json.dumps(meta), payload, int(tuples)))
+            self.tuples_since_checkpoint += int(tuples)
+            self.ops_since_checkpoint += 1
+            self._cv.notify_all()
+        return seq
+
+    def wait(self, seq: Optional[int], timeout: float = 60.0) -> None:
+        """Block until operation ``seq`` is committed (fsynced)."""
+        if seq is None:
+            return
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self.durable_seq < seq:
+                if self._error is not None:
+                    raise DataDirError(f"the operation log cannot be written: {self._error}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DataDirError(f"operation {seq} was not committed within {timeout} s")
+                self._cv.wait(left)
+
+    def _write_loop(self):
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue and self._closed:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                with self._db_lock:
+                    self.db.execute("BEGIN")
+                    self.db.executemany("INSERT INTO ops (seq, kind, meta, payload, tuples) VALUES (?, ?, ?, ?, ?)",
+                                        batch)
+                    self.db.execute("COMMIT")
+            except BaseException as exc:                 # disk full, I/O error: refuse further writes
+                with self._cv:
+                    self._error = exc
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self.durable_seq = max(self.durable_seq, batch[-1][0])
+                self.commits += 1
+                self.committed_ops += len(batch)
+                self._cv.notify_all()
+
+    # -- reading ---------------------------------------------------------------------
+    def ops_after(self, seq: int) -> Iterator[Op]:
+        """The logged operations with sequence number > ``seq``, in order."""
+        last = int(seq)
+        while True:
+            with self._db_lock:
+                rows = self.db.execute("SELECT seq, kind, meta, payload, tuples FROM ops WHERE seq > ? "
+                                       "ORDER BY seq LIMIT 256", (last,)).fetchall()
+            if not rows:
+                return
+            for s, k, m, p, t in rows:
+                yield Op(int(s), k, json.loads(m), p, int(t))
+            last = rows[-1][0]
+
+    def count_after(self, seq: int) -> tuple[int, int]:
+        with self._db_lock:
+            n, t = self.db.execute("SELECT COUNT(*), COALESCE(SUM(tuples), 0) FROM ops WHERE seq > ?",
+                                   (int(seq),)).fetchone()
+        return int(n), int(t)
+
+    # -- checkpoints -----------------------------------------------------------------
+    def _ckpt_path(self, seq: int, tmp: bool = False) -> str:
+        return os.path.join(self.path, f"checkpoint-{seq:020d}.{'tmp' if tmp else 'ckpt'}")
+
+    def checkpoint_files(self) -> list:
+        return sorted(glob.glob(os.path.join(self.path, "checkpoint-*.ckpt")))
+
+    def latest_checkpoint_seq(self) -> Optional[int]:
+        files = self.checkpoint_files()
+        return int(os.path.basename(files[-1])[len("checkpoint-"):-len(".ckpt")]) if files else None
+
+    def read_checkpoint(self) -> Optional[tuple[int, bytes]]:
+        """``(seq, snapshot bytes)`` of the newest intact checkpoint, or None."""
+        for path in reversed(self.checkpoint_files()):
+            try:
+                with open(path, "rb") as fh:
+                    head = fh.read(_HEADER.size)
+                    magic, seq, n, digest = _HEADER.unpack(head)
+                    data = fh.read()
+            except (OSError, struct.error):
+                continue
+            if magic == MAGIC and len(data) == n and hashlib.sha256(data).digest() == digest:
+                return int(seq), data
+        return None
+
+    def write_checkpoint(self, seq: int, data: bytes) -> str:
+        """Write checkpoint ``seq`` atomically, then drop the log up to ``seq`` and older checkpoints."""
+        t0 = time.perf_counter()
+        self.wait(seq)                       # the log is never behind a checkpoint
+        tmp, final = self._ckpt_path(seq, tmp=True), self._ckpt_path(seq)
+        with open(tmp, "wb") as fh:
+            fh.write(_HEADER.pack(MAGIC, int(seq), len(data), hashlib.sha256(data).digest()))
+            fh.write(data)
+            fh.flush()
+            pause = os.environ.get("SKETCHQL_CHECKPOINT_PAUSE_S")
+            if pause:
+                time.sleep(float(pause))
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        dfd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        for old in self.checkpoint_files():
+            if old != final:
+                os.remove(old)
+        for stale in glob.glob(os.path.join(self.path, "checkpoint-*.tmp")):
+            os.remove(stale)
+        with self._db_lock:
+            self.db.execute("DELETE FROM ops WHERE seq <= ?", (int(seq),))
+        with self._cv:
+            self.checkpoint_seq = int(seq)
+            n, t = self.count_after(seq)
+            self.ops_since_checkpoint, self.tuples_since_checkpoint = n + len(self._queue), t + sum(
+                q[4] for q in self._queue)
+        self.checkpoints += 1
+        self.last_checkpoint_s = time.perf_counter() - t0
+        return final
+
+    # -- status / shutdown ----------------------------------------------------------
+    def status(self) -> dict:
+        return {"data_dir": self.path, "last_seq": self.last_seq, "durable_seq": self.durable_seq,
+                "checkpoint_seq": self.checkpoint_seq, "ops_since_checkpoint": self.ops_since_checkpoint,
+                "tuples_since_checkpoint": self.tuples_since_checkpoint, "commits": self.commits,
+                "committed_ops": self.committed_ops, "checkpoints": self.checkpoints,
+                "last_checkpoint_s": self.last_checkpoint_s,
+                "error": None if self._error is None else str(self._error)}
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._writer.join(10)
+        with self._db_lock:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+        try:
+            fcntl.flock(self._lockfh, fcntl.LOCK_UN)
+            self._lockfh.close()
+        except OSError:
+            pass
+
+
+def wipe(path: str) -> None:
+    """Remove what a sketchql data directory holds (``--fresh``); other files are left alone."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        return
+    for name in ("sketchql.db", "sketchql.db-wal", "sketchql.db-shm"):
+        p = os.path.join(path, name)
+        if os.path.exists(p):
+            os.remove(p)
+    for p in glob.glob(os.path.join(path, "checkpoint-*.ckpt")) + glob.glob(os.path.join(path, "checkpoint-*.tmp")):
+        os.remove(p)

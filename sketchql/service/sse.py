@@ -1,0 +1,70 @@
+"""Server-Sent Events of a query's results: ``GET /queries/{id}/stream``.
+
+Each event carries the rows ``since <= seq < next`` of the query's result
+buffer (at most ``limit`` per event)::
+
+    id: <next>
+    event: rows
+    data: {"query": 1, "since": 0, "next": 3, "missed": 0, "rows": [{"seq", "sign", "at", "row"}, ...]}
+
+The event id is the cursor to continue from, so a client that reconnects with
+``Last-Event-ID: <id of the last event it processed>`` receives every row
+exactly once (the header wins over ``?since=``).  A client that fell further
+behind than the buffer holds gets the oldest rows still held, and the event's
+``missed`` says exactly how many rows it lost.  When the query is deleted the
+stream sends ``event: end`` and closes.  A comment line (``: keepalive``) is
+sent after ``keepalive`` seconds without rows.  ``max_events`` (optional)
+closes the stream after that many ``rows`` events.
+
+New rows wake the stream at once (:class:`~sketchql.service.results.Notifier`),
+so delivery latency is the time to serialize the rows, not a polling period.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Optional
+
+from starlette.concurrency import run_in_threadpool
+
+
+def format_event(data: dict, event: str = "rows", id_=None) -> str:
+    """One SSE message (``id`` line only when given).
+
+    >>> format_event({"a": 1}, id_=5)
+    'id: 5\\nevent: rows\\ndata: {"a":1}\\n\\n'
+    """
+    head = f"id: {id_}\n" if id_ is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False)}\n\n"
+
+
+async def result_events(state, qid: int, cursor: int, limit: int, request, keepalive: float = 15.0,
+                        max_events: Optional[int] = None):
+    """The async generator behind the SSE response (see the module docstring)."""
+    ev = state.notifier.subscribe()
+    sent = 0
+    try:
+        yield "retry: 1000\n\n"
+        while True:
+            ev.clear()
+            page = await run_in_threadpool(state.read_for_stream, qid, cursor, limit)
+            if page is None:
+                yield format_event({"query": qid, "reason": "the query was deleted"}, event="end")
+                return
+            if page["rows"] or page["missed"]:
+                body = {"query": qid, "since": page["since"], "next": page["next"], "missed": page["missed"],
+                        "available": page["available"], "rows": page["rows"]}
+                yield format_event(body, id_=page["next"])
+                cursor = page["next"]
+                sent += 1
+                if max_events is not None and sent >= max_events:
+                    return
+                continue
+            try:
+                await asyncio.wait_for(ev.wait(), keepalive)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    return
+                yield ": keepalive\n\n"
+    finally:
+        state.notifier.unsubscribe(ev)
