@@ -25,6 +25,8 @@ WINDOWS = {
     "part": WindowSpec.partitioned(["k"], 2),
     "now": WindowSpec.now(),
     "unbounded": WindowSpec.unbounded(),
+    "landmark": WindowSpec.landmark(20.0),
+    "band": WindowSpec.landmark(10.0, 40.0),
 }
 
 
@@ -43,7 +45,9 @@ def window_sql(table, spec, tau):
     if spec.kind == "now":
         return f"(SELECT * FROM {table} WHERE ts = {tau!r})"
     if spec.kind == "unbounded":
-        return f"(SELECT * FROM {table} WHERE ts <= {tau!r})"
+        band = (f" AND ts >= {spec.start!r}" if spec.start is not None else "") + \
+               (f" AND ts <= {spec.end!r}" if spec.end is not None else "")
+        return f"(SELECT * FROM {table} WHERE ts <= {tau!r}{band})"
     part = f"PARTITION BY {', '.join(spec.partition_by)} " if spec.kind == "partition" else ""
     return (f"(SELECT * EXCLUDE (rn) FROM (SELECT *, ROW_NUMBER() OVER ({part}ORDER BY ts DESC, seq DESC) rn "
             f"FROM {table} WHERE ts <= {tau!r}) WHERE rn <= {spec.n})")
@@ -150,7 +154,7 @@ def test_grouped_aggregates(con, seed, wname):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("wname", ["range", "slide", "rows", "part"])
+@pytest.mark.parametrize("wname", ["range", "slide", "rows", "part", "landmark"])
 def test_global_aggregate(con, seed, wname):
     spec = WINDOWS[wname]
     df = make_stream(seed)

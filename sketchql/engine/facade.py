@@ -45,6 +45,10 @@ class Engine:
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
         self.controls = ControlTables(self)
+        from .precision import PrecisionManager
+        self._precision = PrecisionManager(self)     # approximate plans, errors, audits, contracts
+        #: the resource allocator (sketchql.engine.allocator_runtime.EngineAllocator)
+        self.allocator = self._precision.allocator
 
     # -- DDL ----------------------------------------------------------------
     def execute(self, sql: str):
@@ -185,8 +189,14 @@ class Engine:
         plan = self._plan_physical(q)
         instantiate(plan.root, plan.bound, self._tables)
         qid = next(self._ids)
+        self._precision.rewrite(plan, qid)     # approximate plan when the contract allows error
         query = Query(qid, sql, plan, self.seed)
         self._queries[qid] = query
+        try:
+            self._precision.on_register(query)
+        except SketchQLError:
+            self._queries.pop(qid, None)
+            raise
         # a query over streams that already have a clock starts there (no past data is replayed)
         clocks = [self._streams[s.schema.name.lower()].clock for s in plan.bound.streams]
         if clocks and all(np.isfinite(c) for c in clocks):
@@ -259,8 +269,7 @@ class Engine:
         h.batches += 1
         h.tuples_in += len(b)
         h._observe(b)
-        if h._knobs["sample_rate"] < 1.0 and len(b):
-            b = b.take(h._rng.random(len(b)) < h._knobs["sample_rate"])
+        b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
         for decl in self.catalog.summaries_on(h.name):
@@ -268,6 +277,7 @@ class Engine:
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
         self._dispatch(h, b)
+        self._precision.after_push(h)
 
     def heartbeat(self, name: str, ts: float) -> None:
         """No tuple of ``name`` older than ``ts`` will come: advance time, report expirations."""

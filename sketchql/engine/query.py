@@ -408,5 +408,18 @@ class Query:
     def explain(self) -> str:
         return explain_plan(self.plan)
 
+    # -- precision (sketchql.engine.precision) ----------------------------------
+    _precision = None
+
+    def precision(self) -> dict:
+        """The error of the current answer: contract, estimated and audited error, status, knobs."""
+        if self._precision is None:
+            return {"exact": True, "status": "exact", "estimated": {"rel_error": 0.0}}
+        return self._precision.precision()
+
+    def precision_series(self, limit=None) -> list:
+        """Bounded per-step series of estimated / audited error, recall, rates (oldest first)."""
+        return [] if self._precision is None else self._precision.precision_series(limit)
+
     def __repr__(self):
         return f"Query(id={self.id}, clock={self.clock}, view={self.view}, sql={self.sql!r})"

@@ -579,7 +579,7 @@ def _analyze_core(sel, q, catalog, ctx, outer=None) -> BoundQuery:
 
     # joins must be connected by equalities (the exact joins are hash joins)
     if len(sources) > 1:
-        parent = list(range(len(sources)))
+        parent = {s.index: s.index for s in sources}
 
         def find(x):
             while parent[x] != x:
@@ -588,7 +588,7 @@ def _analyze_core(sel, q, catalog, ctx, outer=None) -> BoundQuery:
             return x
         for i, _, j, _, _ in join_conds:
             parent[find(i)] = find(j)
-        roots = {find(i) for i in range(len(sources))}
+        roots = {find(s.index) for s in sources}
         if len(roots) > 1:
             groups = {}
             for s in sources:
