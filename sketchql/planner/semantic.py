@@ -434,7 +434,7 @@ def _has_nested(sel) -> bool:
 
 def _analyze_body(body, q, catalog, ctx, top=False, outer=None) -> BoundQuery:
     if isinstance(body, A.SetOp):
-        left = _analyze_body(body.left, q, catalog, ctx)
+        left = _analyze_body(body.left, q, catalog, ctx, top=top)    # the leftmost SELECT holds the view
         right = _analyze_body(body.right, q, catalog, ctx)
         if len(left.outputs) != len(right.outputs):
             raise _err(f"each side of {body.op.upper()} must have the same number of columns "
