@@ -2,6 +2,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make serve` keeps its state here between runs (`make serve SERVE_ARGS=--fresh` starts empty)
+DATA_DIR ?= .sketchql-data
 
 .PHONY: setup serve test test-fast test-spark bench clean
 
@@ -12,7 +14,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	touch $@
 
 serve: setup
-	$(BIN)/sketchql serve
+	$(BIN)/sketchql serve --data-dir $(DATA_DIR) $(SERVE_ARGS)
 
 test: setup
 	bash scripts/run_tests.sh

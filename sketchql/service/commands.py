@@ -1,13 +1,39 @@
-"""``sketchql serve``: run the service (uvicorn, one process, embedded demo by default).
+"""``sketchql serve``: run the service (uvicorn, one process, embedded demo by default, durable).
 
-    sketchql serve [--host 127.0.0.1] [--port 8000] [--no-demo] [--seed 7]
-                   [--demo-speed 10] [--demo-tuples 200000] [--log-level info]
+    sketchql serve [--host 127.0.0.1] [--port 8000] [--data-dir .sketchql-data | --in-memory] [--fresh]
+                   [--token T ...] [--tokens-file F] [--public-read] [--insecure]
+                   [--summary-root DIR ...] [--max-time-jump S] [--result-buffer-rows N]
+                   [--checkpoint-every-tuples N] [--checkpoint-interval S]
+                   [--no-demo] [--seed 7] [--demo-speed 10] [--demo-tuples 200000] [--log-level info]
 
+State lives in ``--data-dir`` (default ``$SKETCHQL_DATA_DIR`` or
+``.sketchql-data`` in the working directory): a restart, even after ``kill -9``,
+continues where the last acknowledged request left it; ``--fresh`` wipes it
+first, ``--in-memory`` keeps nothing.  Without tokens the server refuses to
+listen on a non-loopback address unless ``--insecure`` (then it warns loudly).
 FastAPI and uvicorn are imported only when the command runs.
 """
 from __future__ import annotations
 
+import ipaddress
+import os
 import sys
+
+DEFAULT_DATA_DIR = ".sketchql-data"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1).
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0"), is_loopback("::1")
+    (True, True, False, True)
+    """
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _cmd_serve(args) -> int:
@@ -17,30 +43,91 @@ def _cmd_serve(args) -> int:
         print("sketchql serve: needs the service extras (pip install 'sketchql[service]')", file=sys.stderr)
         return 2
     from .app import create_app
+    from .auth import Auth, TokenConfigError, load_tokens
+    from .durability import DataDirError
     from .limits import Limits
 
+    def fail(msg):
+        print(f"sketchql serve: {msg}", file=sys.stderr)
+        return 2
+
     if not 0 <= args.port <= 65535:
-        print(f"sketchql serve: --port must be 0..65535, got {args.port}", file=sys.stderr)
-        return 2
+        return fail(f"--port must be 0..65535, got {args.port}")
     if not args.demo_speed > 0 or args.demo_tuples < 2:
-        print("sketchql serve: --demo-speed must be > 0 and --demo-tuples >= 2", file=sys.stderr)
-        return 2
+        return fail("--demo-speed must be > 0 and --demo-tuples >= 2")
+    if args.result_buffer_rows < 1:
+        return fail(f"--result-buffer-rows must be >= 1, got {args.result_buffer_rows}")
+    if args.max_time_jump is not None and not args.max_time_jump > 0:
+        return fail(f"--max-time-jump must be > 0 seconds (or 'none'), got {args.max_time_jump}")
+    try:
+        tokens = load_tokens(args.tokens_file, admin_tokens=args.token or ())
+    except TokenConfigError as exc:
+        return fail(str(exc))
+    auth = Auth(tokens, public_read=args.public_read) if tokens else None
+    if not tokens and not is_loopback(args.host):
+        if not args.insecure:
+            return fail(f"refusing to listen on {args.host} (not a loopback address) without authentication: "
+                        f"configure tokens (--token, --tokens-file or SKETCHQL_TOKENS), or pass --insecure "
+                        f"to accept that anyone who reaches the port can change and delete everything")
+        bar = "!" * 78
+        print(f"{bar}\nWARNING: sketchql serve is listening on {args.host} WITHOUT AUTHENTICATION (--insecure).\n"
+              f"Anyone who can reach port {args.port} can create and drop streams, push data and delete queries.\n"
+              f"{bar}", file=sys.stderr, flush=True)
+    data_dir = None if args.in_memory else (args.data_dir or os.environ.get("SKETCHQL_DATA_DIR") or DEFAULT_DATA_DIR)
+    roots = tuple(os.path.abspath(r) for r in (args.summary_root or ())) or None
+    limits = Limits(max_retained_rows=args.result_buffer_rows, max_time_jump=args.max_time_jump,
+                    summary_roots=roots)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
-    app = create_app(demo=not args.no_demo, limits=Limits(), seed=args.seed, demo_options=opts)
+    try:
+        app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
+                         data_dir=data_dir, fresh=args.fresh, auth=auth,
+                         checkpoint_every_tuples=args.checkpoint_every_tuples,
+                         checkpoint_interval_s=args.checkpoint_interval)
+    except DataDirError as exc:
+        return fail(str(exc))
     where = f"http://{args.host}:{args.port}"
     demo = "with the demo streams Store1/Store2 (try GET /queries/1/results)" if not args.no_demo else "no demo"
-    print(f"sketchql serve: {where}  ({demo}); Ctrl-C stops", file=sys.stderr, flush=True)
+    keep = f"state in {os.path.abspath(data_dir)}" if data_dir else "in memory: nothing survives a restart"
+    sec = f"{len(tokens)} token(s)" if tokens else "no authentication"
+    print(f"sketchql serve: {where}  ({demo}; {keep}; {sec}); Ctrl-C stops", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
+
+
+def _jump(text: str):
+    if text.lower() in ("none", "off", "inf"):
+        return None
+    return float(text)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="run the HTTP service (embedded default with a demo stream)",
                               description="Run the sketchql HTTP service in one process. By default it "
                                           "creates the demo streams Store1/Store2, summaries s1/s2 and demo "
-                                          "queries, and feeds generated data in the background.")
+                                          "queries, feeds generated data in the background, and keeps its "
+                                          "state in a data directory across restarts.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--data-dir", default=None,
+                   help=f"directory of the durable state (default $SKETCHQL_DATA_DIR or {DEFAULT_DATA_DIR})")
+    p.add_argument("--in-memory", action="store_true", help="keep no state on disk (nothing survives a restart)")
+    p.add_argument("--fresh", action="store_true", help="wipe the data directory's state first and start empty")
+    p.add_argument("--token", action="append", metavar="TOKEN",
+                   help="an admin bearer token (repeatable); see also --tokens-file and SKETCHQL_TOKENS")
+    p.add_argument("--tokens-file", metavar="FILE", help="file of '<role> <token>' lines (roles: read, admin)")
+    p.add_argument("--public-read", action="store_true", help="with tokens: let reads through without one")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --host without tokens (prints a warning)")
+    p.add_argument("--summary-root", action="append", metavar="DIR",
+                   help="directory POST /summaries/load may read below (repeatable; none: loading is off)")
+    p.add_argument("--max-time-jump", type=_jump, default=86_400.0, metavar="SECONDS",
+                   help="refuse tuples more than this far ahead of their stream's clock (default 86400; 'none')")
+    p.add_argument("--result-buffer-rows", type=int, default=200_000,
+                   help="result rows kept per query for cursor reads and SSE (default 200000)")
+    p.add_argument("--checkpoint-every-tuples", type=int, default=1_000_000,
+                   help="checkpoint after this many logged tuples (default 1000000)")
+    p.add_argument("--checkpoint-interval", type=float, default=60.0,
+                   help="or after this many seconds with anything logged (default 60)")
     p.add_argument("--no-demo", action="store_true", help="start empty: no demo streams, queries or feeder")
     p.add_argument("--seed", type=int, default=7, help="seed of the engine and the demo data")
     p.add_argument("--demo-speed", type=float, default=10.0,

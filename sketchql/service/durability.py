@@ -162,6 +162,7 @@ class OpLog:
         self.last_checkpoint_s = None
         self.checkpoints = 0
         self._queue: list = []
+        self._ckpt_lock = threading.Lock()         # one checkpoint at a time
         self._cv = threading.Condition()
         self._error: Optional[BaseException] = None
         self._closed = False
@@ -278,7 +279,13 @@ class OpLog:
 
     def write_checkpoint(self, seq: int, data: bytes) -> str:
         """Write checkpoint ``seq`` atomically, then drop the log up to ``seq`` and older checkpoints."""
+        with self._ckpt_lock:
+            return self._write_checkpoint(seq, data)
+
+    def _write_checkpoint(self, seq: int, data: bytes) -> str:
         t0 = time.perf_counter()
+        if seq < self.checkpoint_seq:          # a newer one was written meanwhile
+            return self._ckpt_path(self.checkpoint_seq)
         self.wait(seq)                       # the log is never behind a checkpoint
         tmp, final = self._ckpt_path(seq, tmp=True), self._ckpt_path(seq)
         with open(tmp, "wb") as fh:
