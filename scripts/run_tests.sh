@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole suite: fast unit and oracle tests, then the Spark-marked tests.
+# Runs the whole suite: fast unit and oracle tests, the Spark-marked tests, then the
+# browser-marked tests (the dashboard in headless chromium against a real server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
@@ -7,3 +8,4 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 # deselect the marked ones); the Spark tests run second, in their own session.
 .venv/bin/pytest -q "$@"
 .venv/bin/pytest -q -m spark "$@"
+.venv/bin/pytest -q -m browser "$@"

@@ -23,6 +23,16 @@ if ! command -v javac >/dev/null 2>&1; then  # compiles sketchql's JVM count ske
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless
 fi
 
+# the browser tests (pytest -m browser) drive Debian's chromium through playwright's Python
+# package; playwright never downloads a browser of its own here
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium (browser tests of the dashboard)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -25,10 +25,13 @@ sending ``Last-Event-ID``, and on a new server (``boot`` changed) starts
 its series afresh.  Bounded: the page keeps :data:`~sketchql.service.dashboard_data.HISTORY`
 points per series.
 
-Authentication: when the service has tokens configured (``state.auth`` with
-``check(request, role)``), reading needs the ``read`` role and the control
-route ``admin``; the page sends ``Authorization: Bearer <token>`` (it reads
-the SSE feed with ``fetch``, which can send headers, not ``EventSource``).
+Authentication is the service's (:mod:`sketchql.service.auth`, a middleware
+in front of every route): with tokens configured every route here needs the
+``read`` role and the control route ``admin``.  Open the page as
+``/dashboard?access_token=<token>``: the page's asset URLs carry it, the page
+keeps it (session storage, the "token" field) and sends
+``Authorization: Bearer <token>`` with every API call and with the SSE feed
+(read with ``fetch``, which can send headers, not ``EventSource``).
 
 >>> from fastapi import FastAPI
 >>> from fastapi.testclient import TestClient
@@ -45,7 +48,9 @@ import importlib.util
 import json
 import time
 from contextlib import asynccontextmanager
+from html import escape
 from pathlib import Path
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
@@ -105,15 +110,6 @@ def _feed(app) -> DashboardFeed:
     return feed
 
 
-def _authorize(request: Request, role: str) -> None:
-    """Defer to the service's token check when it has one (``state.auth.check(request, role)``)."""
-    st = request.app.state.sketchql
-    auth = getattr(st, "auth", None) or getattr(request.app.state, "auth", None)
-    check = getattr(auth, "check", None)
-    if callable(check):
-        check(request, role)
-
-
 def _service_control_route(app) -> bool:
     """True when the service itself serves ``PATCH /control/{kind}/{name}``."""
     for r in getattr(app, "routes", []):
@@ -138,9 +134,15 @@ router = APIRouter(lifespan=_lifespan)
 
 
 @router.get("/dashboard", include_in_schema=False)
-def dashboard_page():
-    return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"),
-                        headers={"Cache-Control": "no-cache"})
+def dashboard_page(request: Request):
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    token = request.query_params.get("access_token")
+    if token:     # with tokens configured the assets need it too (a browser sends no header for them)
+        q = "?" + urlencode({"access_token": token})
+        for a in ('/dashboard/static/dashboard.css"', '/dashboard/static/dashboard.js"',
+                  '/dashboard/vendor/plotly.min.js"'):
+            html = html.replace(a, a[:-1] + escape(q) + '"')
+    return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
@@ -162,7 +164,6 @@ def dashboard_plotly():
 
 @router.get("/dashboard/api/state")
 async def dashboard_state(request: Request):
-    _authorize(request, "read")
     feed = _feed(request.app)
     feed.start()
     frame = await run_in_threadpool(feed.latest)
@@ -181,7 +182,6 @@ def _sse(frame: dict) -> str:
 
 @router.get("/dashboard/api/events")
 async def dashboard_events(request: Request):
-    _authorize(request, "read")
     feed = _feed(request.app)
     feed.start()
     last = request.headers.get("last-event-id", "")
@@ -217,7 +217,6 @@ async def dashboard_events(request: Request):
 @router.patch("/dashboard/api/control/{kind}/{name}")
 async def dashboard_control(kind: str, name: str, request: Request):
     """Set knobs of one control table: ``{"knob": value, ...}``, all validated before any is applied."""
-    _authorize(request, "admin")
     if _service_control_route(request.app):
         raise ApiError(409, "use_service_route", f"use PATCH /control/{kind}/{name} (the service's own route)")
     try:
@@ -254,4 +253,7 @@ def dashboard_redirect(request: Request):
     else None (API clients keep getting the JSON overview)."""
     from fastapi.responses import RedirectResponse
 
-    return RedirectResponse("/dashboard", status_code=307) if wants_html(request) else None
+    if not wants_html(request):
+        return None
+    qs = request.url.query
+    return RedirectResponse("/dashboard" + (f"?{qs}" if qs else ""), status_code=307)

@@ -12,14 +12,16 @@ Derived rates (measured between two consecutive samples ``a`` and ``b`` of
 the same server, never extrapolated):
 
 * stream ingest rate   ``(tuples_in_b - tuples_in_a) / (clock_b - clock_a)``
-  (tuples per second of data time) and per second of wall time;
+  (tuples per second of data time), and per second of wall time over the
+  last :data:`WALL_WINDOW` seconds;
 * query output rate    ``(changes_out_b - changes_out_a) / (clock_b - clock_a)``
   (result change rows per second of data time);
 * budget used (PT operators) ``Δ work / Δ units given`` -- the share of the
   probe budget the operator spent in the interval (the precision API's
   ``budget_used`` replaces it when present);
-* shed rate (PT operators) ``Δ discarded / Δ entries`` -- the share of queued
-  probe entries dropped without a probe (their partners had expired);
+* shed rate (PT operators) ``Δ discarded / (Δ discarded + Δ probes)`` -- the
+  share of dequeued probe entries dropped without a probe (their tuple or
+  every partner had left the window);
 * sampling rate = ``stream.sample_rate * min(scan sample)`` over the query's
   inputs (the product of the two Bernoulli rates a tuple passes).
 
@@ -49,6 +51,8 @@ from ..control import jsonable
 HISTORY = 600
 #: precision-series points read per query per frame
 SERIES_LIMIT = 300
+#: wall seconds the wall-clock ingest rate is measured over
+WALL_WINDOW = 5.0
 
 
 def _num(x):
@@ -118,6 +122,8 @@ class DashboardFeed:
         self.points: deque = deque(maxlen=int(history))
         self._frame = None
         self._prev = None            # (wall, {key: counters}) of the previous sample
+        self._last = {}              # key -> the last rates measured over an interval with data
+        self._walls = {}             # key -> recent (wall, tuples_in) for the wall-clock ingest rate
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -213,6 +219,19 @@ class DashboardFeed:
         }
         return frame, counters
 
+    def _hold(self, key, **values):
+        """Each value, or -- when this interval measured nothing (no data time passed, no budget
+        given) -- the last value measured for ``key``: a rate over the last interval that had data."""
+        last = self._last.setdefault(key, {})
+        out = []
+        for k, v in values.items():
+            if v is None:
+                v = last.get(k)
+            else:
+                last[k] = v
+            out.append(v)
+        return out
+
     def _summaries(self, eng, tables) -> list:
         decls = {d.name.lower(): d for d in eng.catalog.summaries}
         out = []
@@ -255,8 +274,13 @@ class DashboardFeed:
             rate_data = rate_wall = None
             if p is not None and clock is not None and p["clock"] is not None and clock > p["clock"]:
                 rate_data = (cur["tuples_in"] - p["tuples_in"]) / (clock - p["clock"])
-            if p is not None and prev_wall is not None and wall > prev_wall:
-                rate_wall = (cur["tuples_in"] - p["tuples_in"]) / (wall - prev_wall)
+            # per wall second over the last >= WALL_WINDOW seconds (one tick alone jitters)
+            hist = self._walls.setdefault(key, deque(maxlen=64))
+            hist.append((wall, cur["tuples_in"]))
+            old = next((h for h in reversed(hist) if wall - h[0] >= WALL_WINDOW), hist[0])
+            if wall > old[0]:
+                rate_wall = (cur["tuples_in"] - old[1]) / (wall - old[0])
+            (rate_data,) = self._hold(key, ingest_rate=rate_data)
             out.append({
                 "name": name, "clock": clock, "tuples_in": s.get("tuples_in"), "tuples_kept": s.get("tuples_kept"),
                 "batches": s.get("batches"), "heartbeats": s.get("heartbeats"),
@@ -284,7 +308,7 @@ class DashboardFeed:
                "work": _num(pt.get("pt_work", pt_raw.get("work"))),
                "given": _num(pt.get("pt_units_given", pt_raw.get("units_given"))),
                "discarded": _num(pt.get("pt_discarded", pt_raw.get("discarded"))),
-               "entries": _num(pt_raw.get("entries"))}
+               "probes": _num(pt.get("pt_probes", pt_raw.get("probes")))}
         counters[key] = cur
         p = prev.get(key)
         out_rate = budget_used = shed = None
@@ -294,9 +318,10 @@ class DashboardFeed:
             if cur["work"] is not None and p["work"] is not None and cur["given"] is not None \
                     and p["given"] is not None:
                 budget_used = _ratio(cur["work"] - p["work"], cur["given"] - p["given"])
-            if cur["discarded"] is not None and p["discarded"] is not None and cur["entries"] is not None \
-                    and p["entries"] is not None:
-                shed = _ratio(cur["discarded"] - p["discarded"], cur["entries"] - p["entries"])
+            if None not in (cur["discarded"], p["discarded"], cur["probes"], p["probes"]):
+                dropped = cur["discarded"] - p["discarded"]
+                shed = _ratio(dropped, dropped + cur["probes"] - p["probes"])
+        out_rate, budget_used, shed = self._hold(key, output_rate=out_rate, budget_used=budget_used, shed_rate=shed)
         # sampling: stream Bernoulli rate x the scan's own sample knob, the smallest over the inputs
         rates = []
         for n in q.plan.nodes:
@@ -340,7 +365,8 @@ class DashboardFeed:
             queues = [{"name": x["name"].rsplit(".", 1)[1], "stats": x["stats"]} for x in by_parent.get(f"operator:{on}", [])]
             synopses = []
             if st.get("state_structure") and st.get("state_structure") != "stateless":
-                synopses.append({"structure": st.get("state_structure"), "rows": st.get("state_rows")})
+                synopses.append({"structure": st.get("state_structure"),
+                                 "rows": st.get("state_rows", st.get("pt_stored_tuples"))})
             out.append({"id": on, "kind": n.kind, "label": st.get("label") or n.label,
                         "stats": {k: v for k, v in st.items() if k not in ("label", "node", "state_structure")},
                         "knobs": {k: v.get("value") for k, v in t.get("knobs", {}).items()},

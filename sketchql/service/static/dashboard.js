@@ -33,7 +33,10 @@ function el(tag, attrs, ...kids) {
 const isNum = (v) => typeof v === "number" && isFinite(v);
 function fmt(v, kind) {
   if (!isNum(v)) return null;
-  if (kind === "pct") return (100 * v).toFixed(v < 0.001 && v > 0 ? 3 : 1) + " %";
+  if (kind === "pct") {
+    const p = 100 * v;
+    return (Math.abs(p - Math.round(p)) < 1e-9 ? String(Math.round(p)) : p.toFixed(v < 0.001 && v > 0 ? 3 : 1)) + " %";
+  }
   if (kind === "bytes") {
     const u = ["B", "KiB", "MiB", "GiB"]; let i = 0; let x = v;
     while (Math.abs(x) >= 1024 && i < u.length - 1) { x /= 1024; i++; }
@@ -209,19 +212,19 @@ function buildQueryCard(q) {
   const card = el("article", { class: "card query", id: "card-" + n, "data-query": n });
   card.append(el("div", { class: "chead" },
     el("h3", {}, el("span", { text: n }), el("span", { class: "kind", text: q.kind })),
+    el("code", { class: "sql", title: q.sql, text: q.sql }),
     el("div", { class: "right" }, el("span", { class: "badge engine", text: q.engine }),
       el("span", { class: "badge status", "data-testid": "status-" + n, text: "…" }))));
-  card.append(el("code", { class: "sql", title: q.sql, text: q.sql }));
   const m = el("div", { class: "metrics" },
     metricBox(n + ".contract", "contract (error @ conf.)", "WITH ERROR e CONFIDENCE c (the query's contract knobs)"),
     metricBox(n + ".est_error", "estimated error", "the precision API's estimate of the relative error"),
     metricBox(n + ".aud_error", "audited error", "relative error measured against an exact audit"),
-    metricBox(n + ".recall", "recall", "PT results: share of the exact result produced"),
+    metricBox(n + ".recall", "recall est. / audited", "PT results: share of the exact result produced (estimated; audited against an exact run)"),
     metricBox(n + ".hist_mse", "Hist-MSE", "PT weighted: mean squared error of the output histogram"),
     metricBox(n + ".outlier_precision", "outlier precision", "PT asc: share of output pairs that are outliers"),
     metricBox(n + ".output_rate", "output rate /s", "result change rows per second of data time (between the last two frames)"),
     metricBox(n + ".budget_used", "budget used", "share of the probe budget spent between the last two frames"),
-    metricBox(n + ".sample_rate", "sampling rate", "stream sample_rate x the scan's sample knob (smallest input)"),
+    metricBox(n + ".sample_rate", "sampling rate", "the precision API's sample rate, else stream sample_rate x the scan's sample knob"),
     metricBox(n + ".shed_rate", "shed rate", "share of queued probe entries dropped without a probe"),
     metricBox(n + ".changes_out", "changes out", "result change rows produced so far"),
     metricBox(n + ".state_rows", "state rows", "rows held by the operators' synopses"));
@@ -229,9 +232,7 @@ function buildQueryCard(q) {
     el("div", { class: "chart", id: `ch-${n}-err`, "data-chart": "error" }),
     el("div", { class: "chart", id: `ch-${n}-qual`, "data-chart": "quality" }),
     el("div", { class: "chart", id: `ch-${n}-rate`, "data-chart": "rates" }));
-  card.append(el("div", { class: "qbody" }, m, charts));
   const form = el("form", { class: "qcontrols", "data-testid": "controls-" + n },
-    el("b", { text: "Controls" }),
     el("label", {}, "error ", el("input", { type: "text", name: "error", placeholder: "exact" })),
     el("label", {}, "confidence ", el("input", { type: "text", name: "confidence", placeholder: "–" })),
     el("label", {}, "weight ", el("input", { type: "text", name: "weight" })),
@@ -239,7 +240,7 @@ function buildQueryCard(q) {
     el("label", {}, el("input", { type: "checkbox", name: "active" }), " active"),
     el("button", { type: "submit", text: "Apply" }));
   wireForm(form, () => `query/${n}`, ["error", "confidence", "weight", "budget"], ["active"]);
-  card.append(form);
+  card.append(el("div", { class: "qbody" }, el("div", { class: "left" }, m, form), charts));
   return card;
 }
 function wireForm(form, target, nums, bools) {
@@ -298,23 +299,25 @@ function renderQueries(f) {
     card.classList.toggle("missed", missed);
     card.dataset.missed = missed ? "1" : "0";
     const c = q.contract;
-    setMetric(card, n + ".contract", c.error == null ? "exact (no contract)"
+    setMetric(card, n + ".contract", c.error == null ? "none"
       : `${fmt(c.error, "pct")} @ ${c.confidence == null ? "–" : fmt(c.confidence, "pct")}`);
     card.querySelector(`[data-metric="${n}.contract"]`).dataset.value = JSON.stringify([c.error, c.confidence]);
     setMetric(card, n + ".est_error", q.precision ? est.rel_error : null, "pct", noP);
     setMetric(card, n + ".aud_error", q.precision ? aud.rel_error : null, "pct", noP);
     const lastS = Array.isArray(q.series) && q.series.length ? q.series[q.series.length - 1] : {};
-    setMetric(card, n + ".recall", est.recall ?? aud.recall ?? lastS.recall, "pct", noP);
+    const rec = [fmt(est.recall, "pct"), fmt(aud.recall, "pct")];
+    setMetric(card, n + ".recall", rec[0] == null && rec[1] == null ? null : `${rec[0] ?? "–"} / ${rec[1] ?? "–"}`, null, noP);
     setMetric(card, n + ".hist_mse", lastS.hist_mse, null, noP);
     setMetric(card, n + ".outlier_precision", lastS.outlier_precision, "pct", noP);
     card.querySelector(`[data-metric="${n}.est_error"]`).classList.toggle("bad", missed);
     const m = q.measured;
     setMetric(card, n + ".output_rate", m.output_rate ?? lastS.output_rate, null,
       "measured between two frames whose data time advanced");
-    setMetric(card, n + ".budget_used", m.budget_used ?? lastS.budget_used, "pct",
-      "only promising-tuple operators (or the precision API) report a budget");
-    setMetric(card, n + ".sample_rate", m.sample_rate ?? lastS.sample_rate, "pct");
-    setMetric(card, n + ".shed_rate", m.shed_rate ?? lastS.shed_rate, "pct",
+    setMetric(card, n + ".budget_used", m.budget_used, "pct",
+      "only promising-tuple operators report the share of their probe budget they spend");
+    const pk = p.knobs || {};
+    setMetric(card, n + ".sample_rate", isNum(pk.sample_rate) ? pk.sample_rate : m.sample_rate, "pct");
+    setMetric(card, n + ".shed_rate", isNum(lastS.shed_rate) ? lastS.shed_rate : m.shed_rate, "pct",
       "only promising-tuple operators (or the precision API) report shedding");
     setMetric(card, n + ".changes_out", q.stats.changes_out, "int");
     setMetric(card, n + ".state_rows", q.stats.state_rows, "int");
@@ -376,11 +379,12 @@ function drawQueryCharts(q) {
     for (const p of q.series) if (p.missed && isNum(p.t)) { mx.push(p.t); my.push(isNum(p.estimated_rel_error) ? p.estimated_rel_error : (isNum(p.audited_rel_error) ? p.audited_rel_error : 0)); }
     if (mx.length) traces.push({ x: mx, y: my, name: "contract missed", mode: "markers", marker: { color: C.miss, symbol: "x", size: 9 } });
   }
-  if (!hasE && !hasA) notes.push(naNote(q.contract.error == null && !cy.some(isNum)
-    ? "exact evaluation: no error contract; error metrics not available"
-    : "estimated / audited error: not available (no precision API yet)"));
+  const noContract = q.contract.error == null && !cy.some(isNum);
+  if (!hasE && !hasA) notes.push(naNote(noContract ? "no error contract (WITH ERROR): not available"
+    : "estimated / audited error: not available"));
   react(`ch-${n}-err`, traces, baseLayout("relative error vs contract", { annotations: notes,
-    yaxis: { gridcolor: "#eef1f5", rangemode: "tozero", tickformat: ".1%" } }));
+    yaxis: Object.assign({ gridcolor: "#eef1f5", rangemode: "tozero", tickformat: ".1%" },
+      (!hasE && !hasA && noContract) ? { range: [0, 0.1] } : {}) }));
   // 2. PT result quality
   const qt = [];
   const [rx, ry, hasR] = pseries(q, "recall");
@@ -400,7 +404,7 @@ function drawQueryCharts(q) {
   for (const [key, name, color] of [["budget_used", "budget used", C.budget], ["sample_rate", "sampling", C.sample], ["shed_rate", "shed", C.shed]]) {
     let [x, y] = seriesOf(n, key, "queries");
     const [px, py, hasP] = pseries(q, key);
-    if (!y.some(isNum) && hasP) { x = px; y = py; }
+    if (key !== "budget_used" && hasP) { x = px; y = py; }      // the precision API's rates win
     if (y.some(isNum)) rt.push({ x, y, name, mode: "lines", yaxis: "y2", line: { color, width: 1.3, dash: key === "sample_rate" ? "dot" : "solid" } });
   }
   react(`ch-${n}-rate`, rt, baseLayout("output rate · budget · sampling · shedding", {
@@ -530,7 +534,8 @@ function drawSummary(z) {
     : [naNote("no zones yet")];
   react(`ch-z-${key}`, traces, baseLayout("time zones per granularity (newest at the right; COLLAPSE moves zones down)", {
     barmode: "overlay", bargap: 0.25, shapes, annotations: ann,
-    yaxis: { categoryorder: "array", categoryarray: labels.slice().reverse(), type: "category", gridcolor: "#eef1f5" },
+    yaxis: { categoryorder: "array", categoryarray: labels.slice().reverse(), type: "category", gridcolor: "#eef1f5",
+      range: [-0.5, G - 0.5], fixedrange: true },
     xaxis: { gridcolor: "#eef1f5", ticksuffix: " s", range: isFinite(lo) ? [lo - 1, now + 2] : undefined },
     legend: { orientation: "h", y: -0.16, x: 0, font: { size: 10 } }, margin: { l: 36, r: 12, t: 24, b: 30 } }));
   card.dataset.zones = String(z.zones);
@@ -565,7 +570,7 @@ function planNode(node, byId) {
   for (const s of node.synopses || []) chips.append(el("span", { class: "chip syn", title: "synopsis", text: `synopsis: ${s.structure || s.kind || "?"}${isNum(s.rows) ? " · " + fmt(s.rows, "int") + " rows" : ""}` }));
   for (const qu of node.queues || []) {
     const qs = qu.stats || {};
-    chips.append(el("span", { class: "chip q", title: "queue", text: `queue ${qu.name}: ${fmt(qs.entries ?? qs.size ?? null, "int") ?? "?"} entries${isNum(qs.nbytes) ? " · " + fmt(qs.nbytes, "bytes") : ""}` }));
+    chips.append(el("span", { class: "chip q", title: "queue", text: `${qu.name === "queue" ? "queue" : "queue " + qu.name}: ${fmt(qs.entries ?? qs.size ?? null, "int") ?? "?"} entries${isNum(qs.nbytes) ? " · " + fmt(qs.nbytes, "bytes") : ""}` }));
   }
   for (const [k, v] of Object.entries(node.knobs || {})) {
     if (typeof v === "object" && v !== null) continue;
@@ -614,14 +619,16 @@ function renderAllocator(f) {
       el("tr", {}, el("td", { text: "decided at (data time)" }), el("td", { text: fmt(a.t, "s") ?? "–" })),
       el("tr", {}, el("td", { text: "memory budget" }), el("td", { text: fmt(a.memory_bytes, "bytes") ?? "unlimited" })),
       el("tr", {}, el("td", { text: "CPU budget (units/s)" }), el("td", { text: fmt(a.cpu_units_per_s) ?? "unlimited" })),
-      el("tr", {}, el("td", { text: "replans" }), el("td", { text: fmt(a.replans, "int") ?? "–" }))));
+      el("tr", {}, el("td", { text: "replans" }), el("td", { text: fmt(a.replans, "int") ?? "–" })),
+      el("tr", {}, el("td", { text: "method" }), el("td", { text: a.method ?? "–" })),
+      el("tr", {}, el("td", { text: "objective (Σ weight × precision)" }), el("td", { text: fmt(a.objective) ?? "–" }))));
     const pq = a.per_query || {};
     const rows = Object.entries(pq).map(([qid, d]) => el("tr", {},
       el("td", { text: "q" + String(qid).replace(/^q/, "") }), el("td", { text: fmt(d.weight) ?? "–" }),
       el("td", { text: fmt(d.predicted_precision) ?? "–" }), el("td", { text: fmt(d.memory, "bytes") ?? "–" }),
       el("td", { text: fmt(d.cpu) ?? "–" }),
-      el("td", { text: Object.entries(d.knobs || {}).map(([k, v]) => `${k}=${typeof v === "number" ? fmt(v) : v}`).join(" ") })));
-    kids.push(el("h4", { text: "per query" }), el("table", { class: "small" },
+      el("td", { class: "wrap", text: Object.entries(d.knobs || {}).map(([k, v]) => `${k}=${typeof v === "number" ? fmt(v) : v}`).join(" ") + (d.infeasible ? ` · infeasible: ${d.infeasible}` : "") })));
+    kids.push(el("h4", { text: "per query" }), el("table", { class: "small alloc" },
       el("tr", {}, ...["query", "weight", "pred. precision", "memory", "cpu", "knobs"].map((h) => el("th", { text: h }))), ...rows));
   }
   kids.push(el("h4", { text: "Budgets and weights (control tables)" }));
@@ -653,6 +660,8 @@ function showView(v) {
 function start() {
   for (const t of $$(".tab")) t.addEventListener("click", () => showView(t.dataset.view));
   const tok = $("#token");
+  const fromUrl = new URLSearchParams(location.search).get("access_token");   // /dashboard?access_token=...
+  if (fromUrl) sessionStorage.setItem("sketchql.token", fromUrl);
   tok.value = sessionStorage.getItem("sketchql.token") || "";
   tok.addEventListener("change", () => {
     if (tok.value) sessionStorage.setItem("sketchql.token", tok.value); else sessionStorage.removeItem("sketchql.token");
