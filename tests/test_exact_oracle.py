@@ -238,7 +238,7 @@ def test_distinct_state_bound():
     for t in np.unique(df.ts):
         sub = df[df.ts == t]
         d.step(t, ws.step(t, Batch({c: sub[c].to_numpy() for c in df.columns}, ts=sub.ts.to_numpy())))
-        assert d.state_size() <= 2 * len(d._rep)
+        assert d.state_size() <= 2 * d.output_size()
 
 
 @pytest.mark.parametrize("seed", SEEDS)

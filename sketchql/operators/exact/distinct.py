@@ -7,6 +7,7 @@ import numpy as np
 
 from ...errors import SketchQLError
 from ..changes import Batch, Changes
+from ._keys import KeyDict, fingerprints
 from .base import Operator, WK, STR
 
 __all__ = ["Distinct"]
@@ -26,8 +27,11 @@ class Distinct(Operator):
     strict inputs: negative tuples, PARTITION BY windows).  Output columns are
     ``columns`` (default: all), row ts and rid are the representative's.
 
-    Implementation note: events are resolved in time order by a Python loop
-    over the step's changes (one dict operation per change).
+    Implementation: values get persistent integer codes (key fingerprints
+    and a :class:`KeyDict`); ``mode="replace"`` resolves a step's changes in
+    one compiled loop (:func:`~sketchql.operators.exact._kernels.distinct_replace`)
+    over per-code row references, and the output columns are gathered with
+    numpy; ``mode="count"`` keeps a Python list of copies per value.
 
     >>> import numpy as np
     >>> from sketchql.operators.exact import WindowScan, WindowSpec, Chain
@@ -49,11 +53,71 @@ class Distinct(Operator):
         self._aux: dict = {}      # replace: value -> youngest (rid, ts, row); count: value -> list
         self._names = None
         self.max_state = 0
+        self._dict = KeyDict()                 # replace mode: value fingerprint -> code
+        self._rrep = None                      # per code: representative (slot / −(input row+1) / NONE)
+        self._raux = None                      # per code: youngest duplicate
+        self._scols = self._sts = self._srid = None   # stored rows referenced by _rrep / _raux
 
     def state_size(self) -> int:
         if self.mode == "replace":
-            return len(self._rep) + len(self._aux)
+            return self.output_size() + int((self._raux != _NONE).sum()) if self._rrep is not None else 0
         return len(self._rep) + sum(len(v) for v in self._aux.values())
+
+    def output_size(self) -> int:
+        """Distinct values currently in the output."""
+        if self.mode == "replace":
+            return int((self._rrep != _NONE).sum()) if self._rrep is not None else 0
+        return len(self._rep)
+
+    # -- δ*, compiled --------------------------------------------------------
+    def _step_replace(self, ch, names):
+        from ._kernels import distinct_replace
+        fp, _ = fingerprints([ch.columns[c] for c in names]) if names else \
+            (np.zeros(len(ch), np.int64), None)
+        codes = self._dict.codes(fp)
+        G = len(self._dict)
+        if self._rrep is None:
+            self._rrep = np.full(0, _NONE, np.int64)
+            self._raux = np.full(0, _NONE, np.int64)
+            self._scols = {c: ch.columns[c][:0] for c in names}
+            self._sts = np.empty(0)
+            self._srid = np.empty(0, np.int64)
+        if G > len(self._rrep):
+            k = G - len(self._rrep)
+            self._rrep = np.concatenate([self._rrep, np.full(k, _NONE, np.int64)])
+            self._raux = np.concatenate([self._raux, np.full(k, _NONE, np.int64)])
+        scratch = np.full(G, -1, np.int64)
+        ref, sign, at, err = distinct_replace(codes, ch.sign, ch.rid, ch.at, self._rrep, self._raux,
+                                              self._srid, scratch)
+        if err:
+            raise SketchQLError(
+                "Distinct(mode='replace'): a younger duplicate left before the "
+                "representative -- the input does not expire in FIFO order; use mode='count'")
+        keep = sign != 0
+        ref, sign, at = ref[keep], sign[keep], at[keep]
+        nS = len(self._sts)
+        src = {c: _cat(self._scols[c], ch.columns[c]) for c in names}
+        src_ts = np.concatenate([self._sts, ch.ts])
+        src_rid = np.concatenate([self._srid, ch.rid])
+        gi = np.where(ref >= 0, ref, nS + (-ref - 1))
+        out = Changes(Batch({c: v[gi] for c, v in src.items()}, ts=src_ts[gi]), sign, at, src_rid[gi])
+        # the state now refers to input rows: move them into the store; drop unreferenced slots
+        refs = np.concatenate([self._rrep, self._raux])
+        used = refs != _NONE
+        if used.any():
+            live = np.where(refs[used] >= 0, refs[used], nS + (-refs[used] - 1))
+            uniq, inv = np.unique(live, return_inverse=True)
+            self._scols = {c: v[uniq] for c, v in src.items()}
+            self._sts, self._srid = src_ts[uniq], src_rid[uniq]
+            new = np.full(len(refs), _NONE, np.int64)
+            new[used] = inv
+            self._rrep, self._raux = new[:G], new[G:]
+        else:
+            self._scols = {c: v[:0] for c, v in src.items()}
+            self._sts, self._srid = src_ts[:0], src_rid[:0]
+        self.max_state = max(self.max_state, self.state_size())
+        self._work += len(ch)
+        return out
 
     def _step(self, now, inputs):
         ch = inputs[0]
@@ -66,6 +130,8 @@ class Distinct(Operator):
         if miss:
             raise SketchQLError(f"DISTINCT column(s) {miss} not in the input {ch.names}")
         self._names = names
+        if self.mode == "replace":
+            return self._step_replace(ch, names)
         colv = [ch.columns[c].tolist() for c in names]
         rows = list(zip(*colv)) if names else [()] * len(ch)
         tsl, ridl, sl, atl = ch.ts.tolist(), ch.rid.tolist(), ch.sign.tolist(), ch.at.tolist()
@@ -130,3 +196,13 @@ class Distinct(Operator):
             if len(cols[c]) and ch.columns[c].dtype.kind != "O":
                 cols[c] = cols[c].astype(ch.columns[c].dtype, copy=False)
         return Changes(Batch(cols, ts=np.asarray(o_ts, np.float64)), o_sign, o_at, o_rid)
+
+
+_NONE = np.iinfo(np.int64).min
+
+
+def _cat(a, b):
+    if a.dtype.kind == "O" or b.dtype.kind == "O":
+        if a.dtype.kind != b.dtype.kind:
+            return np.concatenate([a.astype(object), b.astype(object)])
+    return np.concatenate([a, b])
