@@ -12,7 +12,8 @@ Tokens come from a file (``--tokens-file``) and/or the environment variable
 
 When at least one token is configured, every request needs
 ``Authorization: Bearer <token>``: reads (GET, HEAD) need the ``read`` or
-``admin`` role, every mutating request (POST, PUT, PATCH, DELETE) ``admin``.
+``admin`` role, every mutating request (POST, PUT, PATCH, DELETE) ``admin``
+(``POST /explain`` changes nothing: ``read``).
 ``GET /health``, ``/docs``, ``/openapi.json`` and the docs' assets stay open
 (they reveal nothing of the data).  A GET may carry the token as
 ``?access_token=`` instead (browsers' ``EventSource`` cannot send headers).
@@ -41,6 +42,7 @@ ENV_VAR = "SKETCHQL_TOKENS"
 OPEN_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")
 OPEN_PREFIXES = ("/docs-assets/",)
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
+READ_POSTS = ("/explain",)          # POSTs that change nothing
 
 
 class TokenConfigError(ValueError):
@@ -142,7 +144,7 @@ class Auth:
         path = request.url.path
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             return None
-        if request.method in READ_METHODS:
+        if request.method in READ_METHODS or (request.method == "POST" and path in READ_POSTS):
             return None if self.public_read else "read"
         return "admin"
 

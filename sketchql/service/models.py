@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class _Resp(BaseModel):
@@ -40,7 +40,7 @@ class Heartbeat(_Req):
 
 class SummaryLoad(_Req):
     """Load a Spark-built summary (a store directory or a ``.sqs`` file) below a configured root."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True, populate_by_name=True)
     path: str
     name: Optional[str] = Field(None, description="which summary of a store holding several")
     as_: Optional[str] = Field(None, alias="as", description="register it under this name")
