@@ -52,9 +52,9 @@ def _tags(func: str, has_col: bool) -> list:
     if func == "count":
         return ["n", "s0", "v0"]
     if func == "sum":
-        return ["n", "s1", "v2"]
+        return ["n", "s0", "s1", "s2", "v2"]
     if func == "avg":
-        return ["n", "s0", "s1", "v0", "v1", "v2"]
+        return ["n", "s0", "s1", "s2", "v0", "v1", "v2"]
     if func in ("median", "quantile"):
         return ["n", "s0", "q"]
     if func == "count_distinct":
@@ -112,6 +112,46 @@ class ApproxAggregate(Operator):
         d["confidence"] = self.conf
         return d
 
+    def group_stats(self):
+        """Per live group: (estimated window rows N̂_g, error factor k_g) for the precision model.
+
+        k = 1 for COUNT / COUNT(DISTINCT) (N̂ = distinct estimate), the coefficient of variation
+        cv for AVG and quantiles, √(1 + cv²) for SUM; the worst over the query's aggregates."""
+        inn = self.inner
+        live = np.flatnonzero(inn._exists) if inn._gkeys is not None else np.zeros(0, np.int64)
+        if not len(live):
+            return np.zeros(0), np.zeros(0)
+        names = [a.out_name for a in inn.aggs]
+        idx = {nm: i for i, nm in enumerate(names)}
+
+        def s(k, t):
+            i = idx.get(f"__i{k}_{t}")
+            return None if i is None else inn._s[i][live].astype(np.float64)
+        N = None
+        kk = np.zeros(len(live))
+        for k, a in enumerate(self.aggs):
+            if a.func == "count_distinct":
+                d = inn._hval[idx[f"__i{k}_d"]][live].astype(np.float64)
+                p = max(float(self.distinct_rate()), 1e-9)
+                N = d / p
+                kk = np.maximum(kk, 1.0)
+                continue
+            s0 = s(k, "s0")
+            if N is None and s0 is not None:
+                N = s0
+            s1, s2 = s(k, "s1"), s(k, "s2")
+            if a.func == "count" or s1 is None or s2 is None:
+                kk = np.maximum(kk, 1.0)
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                m = s1 / s0
+                cv = np.sqrt(np.maximum(s2 / s0 - m * m, 0.0)) / np.abs(m)
+            cv = np.where(np.isfinite(cv), cv, 1.0)
+            kk = np.maximum(kk, np.sqrt(1 + cv * cv) if a.func == "sum" else cv)
+        if N is None:
+            N = inn._cnt[live].astype(np.float64)
+        return np.asarray(N, np.float64), kk
+
     # -- derived columns --------------------------------------------------
     def _derive(self, rows: Batch) -> Batch:
         cols = dict(rows.columns)
@@ -133,6 +173,7 @@ class ApproxAggregate(Operator):
             cols[f"__d{k}_v0"] = np.where(m, ww, nan)
             if a.column is not None:
                 cols[f"__d{k}_s1"] = np.where(m, w * x, nan)
+                cols[f"__d{k}_s2"] = np.where(m, w * x * x, nan)
                 cols[f"__d{k}_v1"] = np.where(m, ww * x, nan)
                 cols[f"__d{k}_v2"] = np.where(m, ww * x * x, nan)
         return Batch(cols, ts=rows.ts)

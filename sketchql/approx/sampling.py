@@ -141,6 +141,10 @@ class Sampler:
         self.rate = r
 
     def __call__(self, b: Batch) -> Batch:
+        return self.sample(b)[0]
+
+    def sample(self, b: Batch):
+        """``(kept rows with __w, keep mask or None when every row is kept)``."""
         n = len(b)
         self.rows_in += n
         cols = dict(b.columns)
@@ -161,7 +165,7 @@ class Sampler:
         if mask is not None:
             out = out.take(mask)
         self.rows_kept += len(out)
-        return out
+        return out, mask
 
     def knobs(self) -> dict:
         return {"sample_rate": self.rate, "sample_mode": self.mode, "sample_key": self.key,

@@ -1,0 +1,391 @@
+"""The engine's allocator: measured statistics -> precision models -> knobs, re-planned with hysteresis.
+
+``engine.allocator`` (an :class:`EngineAllocator`) owns the knobs of the
+approximate queries: the sampling rate at each query's inputs and, for
+promising-tuple joins, the probe budget per tuple.
+
+* **models** (:mod:`sketchql.approx.precision_model`) are built from what the
+  engine measures: stream rates (:class:`~sketchql.engine.precision.RateMeter`,
+  over half the longest window), bytes per row, the approximate aggregates'
+  own groups (estimated rows and coefficient of variation per group), and
+  calibrated by the audits (measured vs predicted error; join recall per
+  budget).  Exact queries (no contract, ``EXACT``) are not approximated: their
+  estimated memory and CPU are taken off the budgets first.
+* **the problem** is solved by :func:`sketchql.approx.allocator.allocate`
+  (weights = query weights, 0 for inactive queries: leftovers only;
+  contracts as lower bounds when they fit, reported infeasible otherwise).
+  Without budgets every approximate query gets exactly what its contract
+  needs (static approximation).
+* **re-planning**: at once when a query is added / removed / reweighted /
+  (de)activated, when a contract or a budget changes and when statistics
+  first become available; when a stream's measured rate moves by more than
+  ``rate_factor`` (1.5×) or a query's group statistics move by more than 50 %,
+  at most once per ``min_gap`` (half a window) of data time, and applied only
+  if it improves the predicted weighted precision by ``hysteresis`` (1 % of
+  the total weight) or the current knobs no longer fit the budgets (no
+  flapping).
+
+>>> from sketchql.engine import Engine
+>>> eng = Engine()
+>>> eng.allocator.enabled, eng.allocator.decision()["replans"]
+(False, 0)
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from ..approx.allocator import allocate
+from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
+from ..control import jsonable
+from ..errors import SketchQLError
+
+__all__ = ["EngineAllocator", "ContractInfeasible"]
+
+#: memory horizon assumed for an UNBOUNDED window (seconds of data)
+UNBOUNDED_HORIZON = 3600.0
+
+
+class ContractInfeasible(SketchQLError):
+    """A contract that cannot be met within the engine's budgets (ON MISS FAIL refuses it)."""
+
+
+class EngineAllocator:
+    """See the module doc.  ``decision()`` is JSON-able; ``replan(reason)`` forces a re-plan."""
+
+    def __init__(self, manager):
+        self.m = manager
+        self.replans = 0
+        self.rate_factor = 1.5
+        self.hysteresis = 0.01
+        self._sig = None
+        self._rates_at_plan: dict = {}
+        self._stats_at_plan: dict = {}
+        self._last_plan_t = -math.inf
+        self._has_stats = False
+        self._decision = {"t": None, "reason": "not planned yet", "memory_bytes": None,
+                          "cpu_units_per_s": None, "per_query": {}, "replans": 0}
+        self._prev_calib: dict = {}
+        self.history: list = []
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def engine(self):
+        return self.m.engine
+
+    @property
+    def enabled(self) -> bool:
+        b = self.engine.budgets
+        return b.get("memory_bytes") is not None or b.get("cpu_units_per_s") is not None
+
+    def decision(self) -> dict:
+        return jsonable(dict(self._decision, replans=self.replans, enabled=self.enabled))
+
+    def rate_horizon(self, stream: str) -> float:
+        ws = []
+        for q in self.engine._queries.values():
+            qp = getattr(q, "_precision", None)
+            if qp is not None and any(s.schema.name.lower() == stream for s in q.bound.streams):
+                if math.isfinite(qp.window) and qp.window > 0:
+                    ws.append(qp.window)
+        return max(1.0, 0.5 * max(ws)) if ws else 10.0
+
+    # -- statistics -> models -------------------------------------------------------------
+    def _stream_rate(self, name: str) -> Optional[float]:
+        m = self.m.meters.get(name.lower())
+        return m.rate() if m is not None else None
+
+    def _resources_full(self, qp) -> tuple:
+        """(memory bytes, cpu units/s) of the query at full rate, from the measured streams."""
+        mem = cpu = 0.0
+        nodes = len(qp.q.plan.nodes)
+        for s in qp.q.bound.streams:
+            name = s.schema.name.lower()
+            r = self._stream_rate(name) or 0.0
+            w = s.window
+            W = (float(w.size) if w.kind == "range" else UNBOUNDED_HORIZON if w.kind == "unbounded" else 1.0) \
+                if w is not None else 1.0
+            if qp.kind == "promising":
+                W = qp.window if math.isfinite(qp.window) else UNBOUNDED_HORIZON
+                W *= 2.0                  # the PT join keeps its members for two windows
+            mem += r * W * self.m.row_bytes.get(name, 32.0)
+            cpu += r * nodes
+        return mem, cpu
+
+    def model_for(self, qp):
+        """The precision model of one query from the current measurements (None: no statistics yet)."""
+        if qp.kind in ("aggregate", "distinct"):
+            N, k = qp.info.op.group_stats()
+            if not len(N) or not any(self._stream_rate(s) for s in qp.info.streams.values()):
+                return self._prior_model(qp)
+            mem, cpu = self._resources_full(qp)
+            keep = self.m.stream_keep(qp.q)
+            # group rows at full rate over a full window (scale a partially filled window)
+            fill = self._window_fill(qp)
+            N = np.asarray(N) / max(fill, 1e-3) / max(keep, 1e-9) * keep
+            calib = qp.model.calib if isinstance(qp.model, AggregateModel) else 1.0
+            ct = qp.contract
+            return AggregateModel(N, k, ct.error or 0.05, ct.confidence or 0.95, mem, cpu, calib=calib,
+                                  contract=ct.error is not None,
+                                  outlier_share=0.01 if qp.kind == "aggregate" else 0.0)
+        if qp.kind == "promising":
+            mem, cpu = self._resources_full(qp)
+            rate = sum(self._stream_rate(s.schema.name) or 0.0 for s in qp.q.bound.streams)
+            if rate <= 0:
+                return None
+            old = qp.model if isinstance(qp.model, JoinRecallModel) else None
+            return JoinRecallModel(rate_in=rate, memory_full=mem, b0=old.b0 if old else 50.0,
+                                   observations=list(old.observations) if old else [])
+        return None
+
+    def _prior_model(self, qp):
+        """Before the query has groups: the planner's view (distinct counts of the stream sample)."""
+        mem, cpu = self._resources_full(qp)
+        if mem <= 0:
+            return None
+        name = next(iter(qp.info.streams.values())).lower()
+        h = self.engine._streams.get(name)
+        rate = self._stream_rate(name) or 0.0
+        W = next(iter(qp.info.windows.values()))
+        W = W if math.isfinite(W) else UNBOUNDED_HORIZON
+        rows = rate * W
+        G = 1.0
+        if h is not None and qp.q.bound.group_by:
+            for g in qp.q.bound.group_by:
+                cname = getattr(g, "cname", None)
+                if cname in h._distinct_sample:
+                    G *= max(1.0, float(len(h._distinct_sample[cname])))
+        if qp.kind == "distinct":
+            col = qp.info.samplers[next(iter(qp.info.samplers))].key
+            rows = float(len(h._distinct_sample.get(col, ()))) if h is not None else rows
+            G = 1.0
+        ct = qp.contract
+        return AggregateModel(np.full(int(G), max(rows / G, 1.0)), np.ones(int(G)), ct.error or 0.05,
+                              ct.confidence or 0.95, mem, cpu, contract=ct.error is not None)
+
+    def _window_fill(self, qp) -> float:
+        W = max(qp.info.windows.values()) if qp.info.windows else math.inf
+        if not math.isfinite(W) or W <= 0:
+            return 1.0
+        firsts = [self.m.meters[s.lower()].first for s in qp.info.streams.values()
+                  if s.lower() in self.m.meters and self.m.meters[s.lower()].first is not None]
+        if not firsts:
+            return 1.0
+        reg = getattr(qp, "registered_at", -math.inf)
+        start = max(min(firsts), reg if np.isfinite(reg) else -math.inf)
+        return float(np.clip((qp.q.clock - start) / W, 1e-3, 1.0)) if np.isfinite(qp.q.clock) else 1.0
+
+    # -- the plan -----------------------------------------------------------------------
+    def _queries(self):
+        return [q for q in self.engine._queries.values() if getattr(q, "_precision", None) is not None]
+
+    def _signature(self):
+        qs = []
+        for q in self._queries():
+            ct = q.bound.contract
+            qs.append((q.id, float(q.weight), bool(q.active), ct.error, ct.confidence, ct.on_miss, ct.budget,
+                       ct.exact))
+        b = self.engine.budgets
+        return (tuple(sorted(qs)), b.get("memory_bytes"), b.get("cpu_units_per_s"))
+
+    def on_queries_changed(self, reason: str):
+        self._sig = None          # next tick re-plans at once
+
+    def replan(self, reason: str = "requested", force: bool = True) -> dict:
+        """Re-plan now (applied unconditionally when ``force``); returns the decision."""
+        self._plan(reason, force=force)
+        return self.decision()
+
+    def _plan(self, reason: str, force: bool):
+        eng = self.engine
+        qs = self._queries()
+        tunable, models, weights = [], [], []
+        fixed_mem = fixed_cpu = 0.0
+        for q in qs:
+            qp = q._precision
+            if qp.kind == "exact" or qp.mode != "approx":
+                mem, cpu = self._resources_full(qp) if qp.kind == "exact" else self._resources_full(qp)
+                fixed_mem += mem
+                fixed_cpu += cpu
+                continue
+            m = self.model_for(qp)
+            if m is None:
+                continue
+            qp.model = m
+            tunable.append(qp)
+            models.append(m)
+            weights.append(float(q.weight) if q.active else 0.0)
+        b = eng.budgets
+        M = b.get("memory_bytes")
+        C = b.get("cpu_units_per_s")
+        Mleft = None if M is None else max(float(M) - fixed_mem, 0.0)
+        Cleft = None if C is None else max(float(C) - fixed_cpu, 0.0)
+        now = max((q.clock for q in qs if np.isfinite(q.clock)), default=None)
+        if not tunable:
+            self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
+                              "per_query": {}, "objective": None, "method": "nothing to allocate"}
+            return
+        if not self.enabled:
+            # static approximation: each contract gets exactly what it needs; the rest keep their knobs
+            keep = [i for i, m in enumerate(models) if m.needed() is not None]
+            tunable = [tunable[i] for i in keep]
+            models = [models[i] for i in keep]
+            weights = [weights[i] for i in keep]
+            knobs = [list(m.needed()) for m in models]
+            method = "contract needs (no budgets)"
+            infeasible = {}
+        else:
+            res = allocate(models, weights, Mleft, Cleft)
+            knobs, method, infeasible = res.knobs, res.method, res.infeasible
+        new_obj = sum(w * m.evaluate(x)[0] for w, m, x in zip(weights, models, knobs))
+        if not force:
+            cur = [self._current_knobs(qp, m) for qp, m in zip(tunable, models)]
+            cur_obj = sum(w * m.evaluate(x)[0] for w, m, x in zip(weights, models, cur))
+            cur_mem = sum(m.evaluate(x)[1] for m, x in zip(models, cur))
+            cur_cpu = sum(m.evaluate(x)[2] for m, x in zip(models, cur))
+            fits = (Mleft is None or cur_mem <= Mleft * 1.02) and (Cleft is None or cur_cpu <= Cleft * 1.02)
+            if fits and new_obj < cur_obj + self.hysteresis * max(sum(weights), 1e-9):
+                self._decision["last_check"] = {"t": now, "reason": reason, "kept": True}
+                return
+        per = {}
+        for i, (qp, m, x) in enumerate(zip(tunable, models, knobs)):
+            self._apply(qp, m, x)
+            prec, mem, cpu = m.evaluate(x)
+            qp.allocated = {"predicted_precision": prec, "memory": mem, "cpu": cpu}
+            inf = infeasible.get(i)
+            if inf is None and qp.contract.error is not None and not self.enabled:
+                inf = None
+            was = qp.infeasible
+            qp.infeasible = inf
+            if inf is not None and was is None:
+                warnings.warn(f"query {qp.q.id}: contract WITH ERROR {qp.contract.error:g} is infeasible within "
+                              f"the budgets; it would need {jsonable(inf)}", stacklevel=3)
+            per[qp.q.id] = {"weight": weights[i], "knobs": dict(zip(m.names, x)), "predicted_precision": prec,
+                            "memory": mem, "cpu": cpu, "infeasible": inf}
+        self.replans += 1
+        self._last_plan_t = now if now is not None else self._last_plan_t
+        self._rates_at_plan = {n: mt.rate() for n, mt in self.m.meters.items()}
+        self._stats_at_plan = {qp.q.id: self._stat_sig(qp) for qp in tunable}
+        self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
+                          "memory_exact_queries": fixed_mem, "cpu_exact_queries": fixed_cpu,
+                          "per_query": per, "objective": new_obj, "method": method}
+        self.history.append({"t": now, "reason": reason, "objective": new_obj})
+        self.history = self.history[-200:]
+
+    def _current_knobs(self, qp, m):
+        p = qp.sample_rate() or 1.0
+        if isinstance(m, JoinRecallModel):
+            return [p, qp._budget_now() or 1.0]
+        return [p]
+
+    def _apply(self, qp, m, x):
+        p = float(np.clip(x[0], P_MIN, 1.0))
+        for s in qp.samplers.values():
+            s.set_rate(p)
+        if isinstance(m, JoinRecallModel) and len(x) > 1:
+            qp.q.set_knob("budget", float(max(x[1], 1.0)))
+
+    def _stat_sig(self, qp):
+        if qp.info is None:
+            return None
+        N, k = qp.info.op.group_stats()
+        return (len(N), float(np.mean(k)) if len(k) else 0.0)
+
+    # -- triggers --------------------------------------------------------------------------
+    def tick(self, now: float):
+        sig = self._signature()
+        if sig != self._sig:
+            first = self._sig is None and self.replans == 0
+            self._sig = sig
+            self._plan("queries, weights, contracts or budgets changed" if not first else "initial plan", force=True)
+            self._has_stats = self._stats_ready()
+            return
+        if not self._has_stats and self._stats_ready():
+            self._has_stats = True
+            self._plan("statistics available", force=True)
+            return
+        if not (np.isfinite(now) and now - self._last_plan_t >= self._min_gap()):
+            return
+        for n, mt in self.m.meters.items():
+            r, r0 = mt.rate(), self._rates_at_plan.get(n)
+            if r and r0 and (r / r0 > self.rate_factor or r0 / r > self.rate_factor):
+                self._plan(f"rate of {n} changed {r0:.3g} -> {r:.3g} tuples/s", force=False)
+                self._rates_at_plan[n] = r
+                return
+        for q in self._queries():
+            qp = q._precision
+            old = self._stats_at_plan.get(q.id)
+            if qp.info is None or old is None:
+                continue
+            new = self._stat_sig(qp)
+            if old[0] and (abs(new[0] - old[0]) > 0.5 * old[0] or abs(new[1] - old[1]) > 0.5 * max(old[1], 1e-9)):
+                self._plan(f"distribution of q{q.id} changed (groups {old[0]} -> {new[0]})", force=False)
+                self._stats_at_plan[q.id] = new
+                return
+
+    def _min_gap(self) -> float:
+        ws = [q._precision.window for q in self._queries() if math.isfinite(q._precision.window)]
+        return 0.5 * min(ws) if ws else 1.0
+
+    def _stats_ready(self) -> bool:
+        qs = [q._precision for q in self._queries() if q._precision.kind != "exact"]
+        if not qs:
+            return False
+        for qp in qs:
+            if qp.kind in ("aggregate", "distinct"):
+                if not len(qp.info.op.group_stats()[0]) or self._window_fill(qp) < 0.5:
+                    return False
+        return True
+
+    # -- audits and registration ---------------------------------------------------------
+    def observe_audit(self, qp, r: dict):
+        m = qp.model
+        if isinstance(m, AggregateModel) and r.get("rel_error") is not None:
+            p = qp.sample_rate() or 1.0
+            if p < 1.0:
+                pred = float(np.sqrt(2 / np.pi) * (m.sigma(p) * m.share).sum())   # E|N(0, σ²)| = σ √(2/π)
+                m.calibrate(r["rel_error"], pred)
+        elif isinstance(m, JoinRecallModel) and r.get("recall") is not None:
+            p = qp.sample_rate() or 1.0
+            keep = self.m.stream_keep(qp.q)
+            base = (p * keep) ** 2
+            if base > 0:
+                m.calibrate(qp._budget_now(), min(r["recall"] / base, 0.999))
+
+    def check_registration(self, qp):
+        """At registration: an error contract the budgets cannot hold is reported (FAIL: refused)."""
+        if qp.kind not in ("aggregate", "distinct") or qp.contract.error is None or not self.enabled:
+            return
+        m = self.model_for(qp)
+        if m is None:
+            return
+        need = m.needed()
+        _, mem, cpu = m.evaluate(need)
+        b = self.engine.budgets
+        others_mem = sum(self._resources_full(q._precision)[0] * (q._precision.sample_rate() or 1.0)
+                         for q in self._queries() if q is not qp.q)
+        others_cpu = sum(self._resources_full(q._precision)[1] * (q._precision.sample_rate() or 1.0)
+                         for q in self._queries() if q is not qp.q)
+        M, C = b.get("memory_bytes"), b.get("cpu_units_per_s")
+        # what is left once every other query is at its floor
+        floor_mem = sum(self._resources_full(q._precision)[0] * (P_MIN if q._precision.kind != "exact" else 1.0)
+                        for q in self._queries() if q is not qp.q)
+        floor_cpu = sum(self._resources_full(q._precision)[1] * (P_MIN if q._precision.kind != "exact" else 1.0)
+                        for q in self._queries() if q is not qp.q)
+        bad = (M is not None and mem > M - floor_mem) or (C is not None and cpu > C - floor_cpu)
+        if bad:
+            inf = {"knobs": {"sample_rate": need[0]}, "memory_bytes": mem + floor_mem, "cpu_units_per_s": cpu + floor_cpu,
+                   "budgets": {"memory_bytes": M, "cpu_units_per_s": C},
+                   "others_now": {"memory_bytes": others_mem, "cpu_units_per_s": others_cpu}}
+            qp.infeasible = inf
+            msg = (f"query {qp.q.id}: contract WITH ERROR {qp.contract.error:g} CONFIDENCE "
+                   f"{qp.contract.confidence or 0.95:g} is infeasible within the budgets "
+                   f"(memory {M}, cpu {C}): it needs sampling rate {need[0]:.3g}, i.e. "
+                   f"{mem:.3g} bytes and {cpu:.3g} units/s for itself and "
+                   f"{mem + floor_mem:.3g} bytes in total")
+            if qp.contract.on_miss == "fail":
+                raise ContractInfeasible(msg + "; ON MISS FAIL: not registered")
+            warnings.warn(msg, stacklevel=4)

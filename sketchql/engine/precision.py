@@ -1,0 +1,625 @@
+"""Precision wiring: approximate plans, errors on every answer, audits, contracts and the allocator.
+
+One :class:`PrecisionManager` per :class:`~sketchql.engine.Engine` (``engine._precision``)
+connects :mod:`sketchql.approx` to the runtime:
+
+* **registration** (:meth:`PrecisionManager.rewrite`): a query whose contract
+  allows error is rewritten by :func:`sketchql.approx.approx_plan.approximate_plan`
+  (sampled input, scaled estimates, ``<col>_lo`` / ``<col>_hi``); a promising-tuple
+  join gets input samplers too; ``EXACT`` and contract-less queries stay exact.
+  Each query gets a :class:`QueryPrecision` (``query.precision()``,
+  ``query.precision_series()``);
+* **input** (:meth:`PrecisionManager.on_input`): every validated batch feeds the
+  shadow exact plans of the audits *before* any reduction, then the stream's
+  load shedding (knobs ``sample_rate``, ``shed_rate``, ``shed_key``;
+  :func:`sketchql.approx.sampling.shed`) runs, protecting the outliers of the
+  columns that approximate SUM / AVG queries on that stream aggregate;
+* **each step** of a query (:meth:`QueryPrecision.on_step`, called by
+  ``Query._advance``): the estimated error of the live answer (widest relative
+  half-interval over its rows), the audit comparison when an audited window is
+  being compared, the contract's ``ON MISS`` action (RETURN: flag; EXACT: the
+  answer is replaced by the exact plan's -- kept warm as a standby -- until
+  the estimate is back within the contract for one window; FAIL: the answer is
+  replaced by one error row until then), and one entry of the bounded series;
+* **after each push** (:meth:`PrecisionManager.after_push`): the
+  :class:`EngineAllocator` decides whether to re-plan.
+
+>>> from sketchql.engine import Engine
+>>> eng = Engine(seed=1)
+>>> eng.execute("CREATE STREAM S (g INT, v DOUBLE) TIMESTAMP ts")
+>>> q = eng.register("SELECT g, SUM(v) AS s FROM S [RANGE 100] GROUP BY g WITH ERROR 0.1 CONFIDENCE 0.9")
+>>> import numpy as np
+>>> eng.push("S", {"ts": np.arange(1000) * 0.1, "g": np.arange(1000) % 2, "v": np.ones(1000)})
+>>> p = q.precision(); p["exact"], p["status"] in ("met", "unknown")
+(False, True)
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Optional
+
+import numpy as np
+
+from ..control import jsonable
+from ..operators.changes import Batch, Changes
+from ..approx.approx_plan import approximate_plan
+from ..approx.audit import AuditSchedule, compare_aggregate, compare_sets
+from ..approx.estimators import relative_halfwidth
+from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
+from ..approx.sampling import PI_COLUMN, W_COLUMN, Sampler, shed, stream_keep_fn
+
+__all__ = ["PrecisionManager", "QueryPrecision", "EngineAllocator", "RateMeter"]
+
+SERIES_MAX = 2000
+_SHADOW_RID = 1 << 60
+DEFAULT_AUDIT_SHARE = 0.1
+
+
+class RateMeter:
+    """Arrival rate of a stream over the last ``horizon`` seconds of data time."""
+
+    def __init__(self, horizon: float = 10.0):
+        self.horizon = float(horizon)
+        self._q: deque = deque()
+        self.first = None
+        self.last = -math.inf
+        self.total = 0
+
+    def add(self, ts: np.ndarray):
+        if not len(ts):
+            return
+        t0, t1 = float(ts[0]), float(ts[-1])
+        if self.first is None:
+            self.first = t0
+        self.last = max(self.last, t1)
+        self.total += len(ts)
+        self._q.append((t1, len(ts)))
+        while self._q and self._q[0][0] <= self.last - self.horizon:
+            self._q.popleft()
+
+    def rate(self) -> Optional[float]:
+        if self.first is None or self.last <= self.first:
+            return None
+        span = min(self.horizon, self.last - self.first)
+        return sum(n for _, n in self._q) / max(span, 1e-9)
+
+
+def _row_bytes(b: Batch) -> float:
+    n = 8.0 + 8.0                                   # ts + weight
+    for v in b.columns.values():
+        n += 48.0 if v.dtype.kind == "O" else float(v.dtype.itemsize)
+    return n
+
+
+class QueryPrecision:
+    """The precision state of one query (see module doc); ``precision()`` / ``series()``."""
+
+    def __init__(self, manager: "PrecisionManager", query, info, kind: str, reason: str):
+        self.m = manager
+        self.q = query
+        self.info = info                    # ApproxInfo (aggregate / distinct) or None
+        self.kind = kind                    # exact | aggregate | distinct | promising
+        self.reason = reason
+        self.samplers = dict(info.samplers) if info is not None else {}
+        self.series: deque = deque(maxlen=SERIES_MAX)
+        self.audit_share = DEFAULT_AUDIT_SHARE if kind != "exact" else 0.0
+        self.audits: deque = deque(maxlen=SERIES_MAX)
+        self.n_audits = 0
+        self._cov_hits = 0.0
+        self._cov_n = 0
+        self.window = self._window()
+        self.schedule = AuditSchedule(self.audit_share, self.window, seed=manager.engine.seed * 131 + query.id)
+        self.shadow = None
+        self._shadow_from = math.inf        # time from which the shadow is comparable
+        self._shadow_live: dict = {}         # rid -> row tuple (exact answer)
+        self._live: dict = {}                # rid -> row tuple (approximate answer)
+        self._relerr: dict = {}              # rid -> relative half-width
+        self.mode = "approx"                 # approx | exact | failed
+        self._mode_since = -math.inf
+        self._published: dict = {}           # what the query's relation shows when not in approx mode
+        self.model = None
+        self.allocated: dict = {}
+        self.infeasible: Optional[dict] = None
+        self.last_audit: Optional[dict] = None
+        self.missed_steps = 0
+        self._last_t = -math.inf
+        self._out_rows = 0
+        self.error_message: Optional[str] = None
+        self._needs_standby = False
+
+    # -- helpers --------------------------------------------------------------
+    def _window(self) -> float:
+        ws = []
+        for n in self.q.plan.nodes:
+            if n.kind == "scan":
+                w = n.params["window"]
+                ws.append(float(w.size) if w.kind == "range" else (math.inf if w.kind == "unbounded" else 0.0))
+            if n.kind == "pt_join":
+                ws.append(float(n.params.get("window_s", math.inf)))
+        return max(ws) if ws else math.inf
+
+    @property
+    def contract(self):
+        return self.q.bound.contract
+
+    def _names(self):
+        return list(self.q.names)
+
+    def interval_cols(self) -> dict:
+        return {c: (lo, hi) for c, (lo, hi, _f) in self.info.intervals.items()} if self.info else {}
+
+    # -- shadow exact plan (audit / standby) -------------------------------------
+    def _want_shadow(self, t: float) -> bool:
+        if self.kind == "exact":
+            return False
+        if self.contract.on_miss == "exact" and self.kind in ("aggregate", "distinct"):
+            return True
+        return self.schedule.phase(t) != "off"
+
+    def feed(self, src_index: int, b: Batch, t_hint: float):
+        """A raw (validated, not reduced) batch for one of the query's sources."""
+        if self.shadow is None and self._want_shadow(t_hint):
+            self._start_shadow(t_hint)
+        if self.shadow is not None and len(b):
+            self.shadow._offer(src_index, b)
+
+    def _start_shadow(self, t: float):
+        sh = self.m.shadow_query(self.q)
+        if sh is None:
+            return
+        self.shadow = sh
+        self._shadow_live = {}
+        started_with_query = not np.isfinite(self.q.clock)
+        self._shadow_from = -math.inf if (started_with_query or self.schedule.share >= 1.0) else t + self.window
+        if np.isfinite(self.q.clock):
+            sh.clock = self.q.clock
+            for n in sh.plan.nodes:
+                if n.op is not None and hasattr(n.op, "clock"):
+                    n.op.clock = self.q.clock
+
+    def _advance_shadow(self, now: float):
+        sh = self.shadow
+        if sh is None:
+            return
+        sh._advance(now)
+        for ch in sh.poll():
+            self._apply_rows(self._shadow_live, ch, rid_offset=_SHADOW_RID)
+        if not self._want_shadow(now) and self.mode != "exact":
+            self.shadow = None
+            self._shadow_live = {}
+            self._shadow_from = math.inf
+
+    @staticmethod
+    def _apply_rows(store: dict, ch: Changes, rid_offset: int = 0, err: Optional[dict] = None, errv=None):
+        cols = [ch.columns[c] for c in ch.names]
+        rows = list(zip(*[c.tolist() for c in cols])) if cols else [()] * len(ch)
+        for i, (s, r) in enumerate(zip(ch.sign.tolist(), ch.rid.tolist())):
+            r += rid_offset
+            if s > 0:
+                store[r] = rows[i]
+                if err is not None:
+                    err[r] = float(errv[i])
+            else:
+                store.pop(r, None)
+                if err is not None:
+                    err.pop(r, None)
+
+    # -- hooks on the query (installed by :meth:`install`) ------------------------------------
+    def install(self):
+        """Wrap the query's ``_offer`` (input sampling), ``_record`` (tracking, ON MISS) and
+        ``_advance`` (audit, ON MISS decisions, series) on this instance."""
+        q = self.q
+        orig_offer, orig_record, orig_advance = q._offer, q._record, q._advance
+        self._orig_record = orig_record
+
+        def offer(src_index, b, *args, **kw):
+            smp = self.samplers.get(src_index)
+            if smp is not None and len(b):
+                n = len(b)
+                b, mask = smp.sample(b)
+                if mask is not None:
+                    args = tuple(np.asarray(a)[mask] if isinstance(a, np.ndarray) and len(a) == n else a
+                                 for a in args)
+                    kw = {k: (np.asarray(v)[mask] if isinstance(v, np.ndarray) and len(v) == n else v)
+                          for k, v in kw.items()}
+            return orig_offer(src_index, b, *args, **kw)
+
+        def record(out):
+            out = self.transform(out)
+            if out is not None and len(out):
+                orig_record(out)
+
+        def advance(now):
+            before = q.clock
+            orig_advance(now)
+            if q.clock != before or now == q.clock:
+                self.after_step(q.clock)
+        q._offer, q._record, q._advance = offer, record, advance
+
+    def transform(self, out: Optional[Changes]) -> Optional[Changes]:
+        """The plan's output of one step: tracked; recorded as is unless the answer is switched."""
+        if out is not None and len(out):
+            self._out_rows += len(out)
+            if self.info is not None and self.info.intervals:
+                rel = np.zeros(len(out))
+                for c, (lo, hi, _f) in self.info.intervals.items():
+                    r = relative_halfwidth(out.columns[c], out.columns[lo], out.columns[hi])
+                    r = np.where(np.isfinite(np.asarray(out.columns[c], np.float64)), r, 0.0)
+                    rel = np.maximum(rel, r)
+                self._apply_rows(self._live, out, err=self._relerr, errv=rel)
+            elif self.kind != "exact" and self.audit_share > 0:
+                self._apply_rows(self._live, out)
+        return out if self.mode == "approx" else None
+
+    def after_step(self, now: float):
+        """After each step: shadow, audit, contract check and ON MISS, one series entry."""
+        if self.kind == "exact" and self.m.stream_keep(self.q) >= 1.0:
+            self._record_series(now, 0.0, None, False)
+            return
+        self._advance_shadow(now)
+        audited = self._audit(now)
+        est = self.estimated_rel_error()
+        e = self.contract.error
+        missed = False
+        if e is not None and self.kind in ("aggregate", "distinct"):
+            missed = (est is not None and est > e) or (
+                audited is not None and audited.get("max_rel_error") is not None and audited["max_rel_error"] > e)
+        elif e is not None and self.kind == "promising" and audited is not None:
+            missed = audited.get("recall", 1.0) < 1.0 - e
+        if missed:
+            self.missed_steps += 1
+        self._on_miss(now, missed, est)
+        self._record_series(now, est, audited, missed)
+
+    def _audit(self, now: float) -> Optional[dict]:
+        if self.shadow is None or now < self._shadow_from or self.schedule.phase(now) != "compare":
+            return None
+        import pandas as pd
+        names = self._names()
+        ex_names = list(self.shadow.names)
+        a = pd.DataFrame(list(self._live.values()), columns=names) if self._live else pd.DataFrame(columns=names)
+        x = pd.DataFrame(list(self._shadow_live.values()), columns=ex_names) if self._shadow_live else \
+            pd.DataFrame(columns=ex_names)
+        if self.info is not None and self.info.intervals:
+            vals = set(self.info.intervals)
+            gcols = [c for c in ex_names if c not in vals]
+            r = compare_aggregate(a, x, gcols, self.interval_cols(), self.contract.error)
+        else:
+            r = compare_sets(a, x, ex_names)
+            r["rel_error"] = None
+        r["t"] = now
+        self.n_audits += 1
+        if r.get("coverage") is not None:
+            self._cov_hits += r["coverage"] * r["n"]
+            self._cov_n += r["n"]
+        self.audits.append(r)
+        self.last_audit = r
+        self.m.allocator.observe_audit(self, r)
+        return r
+
+    # -- ON MISS ---------------------------------------------------------------------------
+    def _publish_switch(self, now: float, old: dict, new: dict, new_is_error: bool = False):
+        """Retract the rows of ``old`` and insert those of ``new`` at ``now`` (two records)."""
+        names = self._names()
+        q = self.q
+
+        def changes(store: dict, sign: int):
+            if not store:
+                return None
+            rids = np.fromiter(store.keys(), np.int64, len(store))
+            cols = list(zip(*store.values()))
+            data = {}
+            for c, vals in zip(names, cols):
+                arr = np.array(vals, dtype=object)
+                try:
+                    arr = np.array(vals)
+                except (ValueError, TypeError):  # pragma: no cover
+                    pass
+                data[c] = arr
+            b = Batch(data, ts=np.full(len(rids), now))
+            return Changes(b, np.full(len(rids), sign, np.int8), np.full(len(rids), now), rids)
+        for part in (changes(old, -1), changes(new, +1)):
+            if part is not None and len(part):
+                self._orig_record(part)
+
+    def _exact_rows(self) -> dict:
+        """The shadow's live rows in the query's columns (intervals of width 0)."""
+        names = self._names()
+        ex = list(self.shadow.names)
+        pos = {c: i for i, c in enumerate(ex)}
+        out = {}
+        for r, row in self._shadow_live.items():
+            vals = []
+            for c in names:
+                if c in pos:
+                    vals.append(row[pos[c]])
+                else:
+                    base = c[:-3]
+                    vals.append(row[pos[base]] if base in pos else np.nan)
+            out[r] = tuple(vals)
+        return out
+
+    def _error_row(self) -> dict:
+        names = self._names()
+        msg = f"contract missed: estimated error above {self.contract.error:g}"
+        vals = []
+        for c in names:
+            sample = next(iter(self._live.values()), None)
+            v0 = sample[names.index(c)] if sample is not None else 0.0
+            vals.append(msg if isinstance(v0, str) else float("nan"))
+        return {(_SHADOW_RID << 1) + 1: tuple(vals)}
+
+    def _on_miss(self, now, missed: bool, est):
+        action = self.contract.on_miss or "return"
+        if self.kind not in ("aggregate", "distinct") or action == "return":
+            return
+        e = self.contract.error
+        if self.mode == "approx":
+            if not missed:
+                return
+            if action == "exact" and self.shadow is not None and now >= self._shadow_from:
+                new = self._exact_rows()
+                self._publish_switch(now, self._live, new)
+                self._published = new
+                self.mode = "exact"
+            elif action == "fail" or action == "exact":
+                self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
+                                      f"(estimated {est if est is not None else float('nan'):.3g})")
+                if action == "exact":
+                    self.error_message += "; no exact standby yet: refused"
+                new = self._error_row()
+                self._publish_switch(now, self._live, new)
+                self._published = new
+                self.mode = "failed"
+            self._mode_since = now
+            return
+        # exact / failed: the approximate rows keep being maintained in _live
+        back = (not missed) and now >= self._mode_since + (self.window if math.isfinite(self.window) else 0.0)
+        if self.mode == "exact" and not back:
+            new = self._exact_rows()
+            if new != self._published:
+                old_only = {r: v for r, v in self._published.items() if new.get(r) != v}
+                new_only = {r: v for r, v in new.items() if self._published.get(r) != v}
+                self._publish_switch(now, old_only, new_only)
+                self._published = new
+            return
+        if back:
+            self._publish_switch(now, self._published, self._live)
+            self._published = {}
+            self.mode = "approx"
+            self.error_message = None
+            self._mode_since = now
+
+    # -- reading ---------------------------------------------------------------------------
+    def estimated_rel_error(self) -> Optional[float]:
+        if self.kind == "exact":
+            return 0.0
+        if self.info is None or not self.info.intervals:
+            return None
+        if not self._relerr:
+            return None
+        v = np.fromiter(self._relerr.values(), np.float64, len(self._relerr))
+        v = v[np.isfinite(v)]
+        return float(v.max()) if len(v) else None
+
+    def estimated_recall(self) -> Optional[float]:
+        if self.kind == "exact":
+            keep = self.m.stream_keep(self.q)
+            return keep
+        if self.kind == "promising" and isinstance(self.model, JoinRecallModel):
+            x = [self.sample_rate() or 1.0, float(self.q.bound.contract.budget or self._budget_now())]
+            return float(self.model.evaluate(x)[0]) * self.m.stream_keep(self.q) ** 2
+        if self.kind in ("aggregate", "distinct"):
+            return None
+        return None
+
+    def _budget_now(self) -> float:
+        for n in self.q.plan.nodes:
+            if n.kind == "pt_join":
+                return float(n.op.budget_units())
+        return 0.0
+
+    def sample_rate(self) -> Optional[float]:
+        if not self.samplers:
+            return None
+        return float(min(s.rate for s in self.samplers.values()))
+
+    def audited_coverage(self) -> Optional[float]:
+        return self._cov_hits / self._cov_n if self._cov_n else None
+
+    def status(self) -> str:
+        if self.kind == "exact":
+            return "exact" if self.m.stream_keep(self.q) >= 1.0 else "missed"
+        if self.infeasible:
+            return "infeasible"
+        last = self.series[-1] if self.series else None
+        if last is None:
+            return "unknown"
+        if last["missed"] or self.mode != "approx":
+            return "missed"
+        if self.contract.error is None:
+            return "unknown"
+        if self.kind in ("aggregate", "distinct") and last.get("estimated_rel_error") is None:
+            return "unknown"
+        return "met"
+
+    def _record_series(self, now, est, audited, missed):
+        if now == self._last_t and self.series:
+            e = self.series[-1]
+            e["missed"] = e["missed"] or missed
+            if audited is not None:
+                e["audited_rel_error"] = audited.get("rel_error")
+                e["recall"] = audited.get("recall")
+            return
+        dt = now - self._last_t if np.isfinite(self._last_t) else None
+        self._last_t = now
+        rate = (self._out_rows / dt) if dt else None
+        self._out_rows = 0
+        h_shed = [self.m.engine._streams[s.schema.name.lower()]._knobs.get("shed_rate", 0.0)
+                  for s in self.q.bound.streams] if self.q.bound.streams else [0.0]
+        self.series.append({
+            "t": now, "estimated_rel_error": est,
+            "audited_rel_error": audited.get("rel_error") if audited else None,
+            "recall": audited.get("recall") if audited else self.estimated_recall(),
+            "coverage": audited.get("coverage") if audited else None,
+            "hist_mse": None, "outlier_precision": None, "output_rate": rate,
+            "budget_used": self.allocated.get("memory"), "sample_rate": self.sample_rate(),
+            "shed_rate": float(max(h_shed)) if h_shed else 0.0, "missed": bool(missed),
+            "mode": self.mode})
+
+    def precision(self) -> dict:
+        ct = self.contract
+        ex = self.kind == "exact"
+        est = self.estimated_rel_error()
+        audited_rel = None
+        if self.audits:
+            vals = [a.get("rel_error") for a in self.audits if a.get("rel_error") is not None]
+            audited_rel = float(np.mean(vals[-20:])) if vals else None
+        audited_recall = None
+        if self.audits:
+            rv = [a.get("recall") for a in self.audits if a.get("recall") is not None]
+            audited_recall = float(np.mean(rv[-20:])) if rv else None
+        knobs = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, "mode": self.mode}
+        if self.kind == "promising":
+            knobs["budget"] = self._budget_now()
+        d = {"exact": ex and self.m.stream_keep(self.q) >= 1.0,
+             "kind": self.kind, "reason": self.reason,
+             "contract": {"error": ct.error, "confidence": ct.confidence, "on_miss": ct.on_miss,
+                          "budget": ct.budget, "budget_unit": ct.budget_unit, "exact": bool(ct.exact)},
+             "estimated": {"rel_error": est, "confidence": (self.info.conf if self.info else
+                                                            (1.0 if ex else ct.confidence)),
+                           "recall": self.estimated_recall(),
+                           "predicted_precision": self.allocated.get("predicted_precision")},
+             "audited": {"rel_error": audited_rel, "recall": audited_recall, "n_audits": self.n_audits,
+                         "coverage": self.audited_coverage(),
+                         "last": self.last_audit},
+             "status": self.status(), "knobs": knobs,
+             "infeasible": self.infeasible, "error": self.error_message}
+        return jsonable(d)
+
+    def precision_series(self, limit: Optional[int] = None) -> list:
+        s = list(self.series)
+        if limit is not None:
+            s = s[-int(limit):] if limit > 0 else []
+        return jsonable(s)
+
+    def set_audit_share(self, share: float):
+        share = float(share)
+        if not 0.0 <= share <= 1.0:
+            from ..errors import SketchQLError
+            raise SketchQLError(f"query {self.q.id}: audit_share must be in [0, 1], got {share}")
+        self.audit_share = share
+        self.schedule = AuditSchedule(share, self.window, seed=self.m.engine.seed * 131 + self.q.id)
+
+
+class PrecisionManager:
+    """Engine-wide precision wiring (module doc)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.meters: dict = {}              # stream name (lower) -> RateMeter
+        self.row_bytes: dict = {}           # stream name (lower) -> bytes per row
+        self._shed_state: dict = {}
+        self._shed_rngs: dict = {}
+        from .allocator_runtime import EngineAllocator
+        self.allocator = EngineAllocator(self)
+
+    # -- registration ---------------------------------------------------------------------
+    def rewrite(self, plan, qid: int):
+        """Approximate rewrite of an instantiated plan (before the Query object exists)."""
+        keep = lambda name: stream_keep_fn(self.engine._streams[name.lower()])  # noqa: E731
+        info = approximate_plan(plan, seed=self.engine.seed, qid=qid, stream_keep=keep)
+        if info is None and plan.engine == "promising":
+            # a promising-tuple join: samplers at its inputs (the allocator trades them for memory)
+            for n in plan.nodes:
+                if n.kind == "scan" and "sampler" not in n.params:
+                    n.params["sampler"] = Sampler(1.0, "bernoulli", seed=int(np.random.SeedSequence(
+                        [self.engine.seed, qid, n.source, 13]).generate_state(1)[0]))
+        return info
+
+    def on_register(self, query):
+        plan = query.plan
+        info = getattr(plan, "approx", None)
+        if info is not None:
+            kind = info.kind
+        elif plan.engine == "promising":
+            kind = "promising"
+        else:
+            kind = "exact"
+        reason = getattr(plan, "approx_reason", "") or plan.engine_reason
+        qp = QueryPrecision(self, query, info, kind, reason)
+        if kind == "promising":
+            qp.samplers = {n.source: n.params["sampler"] for n in plan.nodes
+                           if n.kind == "scan" and n.params.get("sampler") is not None}
+        query._precision = qp
+        qp.registered_at = query.clock
+        qp.install()
+        self.allocator.on_queries_changed("query added")
+        self.allocator.check_registration(qp)
+        return qp
+
+    def on_deregister(self, query):
+        self.allocator.on_queries_changed("query removed")
+
+    def shadow_query(self, query):
+        """A hidden exact copy of ``query`` (same SQL, exact operators), fed by :meth:`on_input`."""
+        from ..planner.plan import instantiate
+        from .query import Query
+        eng = self.engine
+        plan = eng._plan(query.bound.query)
+        instantiate(plan.root, plan.bound, eng._tables)
+        sh = Query(query.id + (1 << 30), query.sql, plan, eng.seed)     # an id no real query has
+        sh.retain_changes = 10_000
+        return sh
+
+    # -- data path ---------------------------------------------------------------------
+    def stream_keep(self, query) -> float:
+        k = 1.0
+        for s in query.bound.streams:
+            h = self.engine._streams.get(s.schema.name.lower())
+            if h is not None:
+                k *= stream_keep_fn(h)()
+        return k
+
+    def on_input(self, h, b: Batch) -> Batch:
+        """Feed shadows with the raw batch, measure the rate, apply the stream's reduction."""
+        name = h.name.lower()
+        m = self.meters.get(name)
+        if m is None:
+            m = self.meters[name] = RateMeter(self.allocator.rate_horizon(name))
+        if len(b):
+            m.add(b.ts)
+            self.row_bytes[name] = _row_bytes(b)
+        t = float(b.ts[-1]) if len(b) else h.clock
+        for q in self.engine._queries.values():
+            qp = getattr(q, "_precision", None)
+            if qp is None or qp.kind == "exact" or not q.active:
+                continue
+            for s in q.bound.streams:
+                if s.schema.name.lower() == name:
+                    qp.feed(s.index, b, t)
+        k = h._knobs
+        sr, shr = float(k.get("sample_rate", 1.0)), float(k.get("shed_rate", 0.0) or 0.0)
+        if sr >= 1.0 and shr <= 0.0:
+            return b
+        rng = self._shed_rngs.get(name)
+        if rng is None:
+            rng = self._shed_rngs[name] = np.random.default_rng([self.engine.seed, 97, len(self._shed_rngs)])
+        protect = self._protected_columns(name)
+        return shed(b, sr, shr, rng, key=k.get("shed_key"), protect=protect,
+                    seed=self.engine.seed * 7919 + 17, state=self._shed_state.setdefault(name, {}))
+
+    def _protected_columns(self, name: str) -> list:
+        cols = []
+        for q in self.engine._queries.values():
+            qp = getattr(q, "_precision", None)
+            if qp is None or qp.info is None:
+                continue
+            for i, s in qp.info.samplers.items():
+                if qp.info.streams.get(i, "").lower() == name:
+                    cols.extend(c for c in s.outlier_columns if c not in cols)
+        return cols
+
+    def after_push(self, h):
+        self.allocator.tick(h.clock)
