@@ -75,3 +75,141 @@ def distinct_replace(code, sign, rid, at, rep, aux, ref_rid_store, last_plus):
                     if yr == rid[i]:
                         return out_ref[:k], out_sign[:k], out_at[:k], 1
     return out_ref[:k], out_sign[:k], out_at[:k], 0
+
+
+KIND_MIN, KIND_MAX, KIND_COUNT_DISTINCT, KIND_QUANTILE = 0, 1, 2, 3
+
+
+@numba.njit(cache=True)
+def _fen_add(tree, i, d):
+    i += 1
+    n = len(tree) - 1
+    while i <= n:
+        tree[i] += d
+        i += i & (-i)
+
+
+@numba.njit(cache=True)
+def _fen_prefix(tree, i):
+    # sum of counts at positions < i
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & (-i)
+    return s
+
+
+@numba.njit(cache=True)
+def _fen_find(tree, target):
+    # smallest position p with prefix(p + 1) >= target (target >= 1)
+    n = len(tree) - 1
+    pos = 0
+    step = 1
+    while step * 2 <= n:
+        step *= 2
+    while step > 0:
+        if pos + step <= n and tree[pos + step] < target:
+            pos += step
+            target -= tree[pos]
+        step //= 2
+    return pos
+
+
+@numba.njit(cache=True)
+def holistic(kind, q, g, pos, sign, last, lo, hi, pc, pf):
+    """MIN / MAX / COUNT(DISTINCT) / QUANTILE over per-group sorted (value, count) runs.
+
+    The state of one aggregate is one array of (group, value) pairs sorted by group then
+    value, with counts ``pc`` and float values ``pf``; ``lo[r], hi[r]`` bound the segment of
+    change r's group, ``pos[r]`` its pair (−1: NULL, ignored).  Changes come grouped by
+    group, in time order inside a group.  Per group the kernel keeps the position of the
+    extreme (rescanning forward/backward only when the extreme's last copy leaves), the
+    number of distinct values, and -- for quantiles -- a Fenwick tree over all counts for
+    the k-th value.  Returns the aggregate after every change flagged in ``last`` and the
+    number of rescans.
+    """
+    n = len(g)
+    res = np.full(n, np.nan)
+    N = len(pc)
+    tree = np.zeros(N + 1, np.int64)
+    if kind == KIND_QUANTILE:
+        for i in range(N):
+            if pc[i]:
+                _fen_add(tree, i, pc[i])
+    rescans = 0
+    cur_g = -1
+    cur = -1
+    nd = 0
+    tot = 0
+    for r in range(n):
+        a, b = lo[r], hi[r]
+        if g[r] != cur_g:
+            cur_g = g[r]
+            cur = -1
+            nd = 0
+            tot = 0
+            if kind == KIND_MIN:
+                for p in range(a, b):
+                    if pc[p] > 0:
+                        cur = p
+                        break
+            elif kind == KIND_MAX:
+                for p in range(b - 1, a - 1, -1):
+                    if pc[p] > 0:
+                        cur = p
+                        break
+            else:
+                for p in range(a, b):
+                    if pc[p] > 0:
+                        nd += 1
+                        tot += pc[p]
+        p = pos[r]
+        if p >= 0:
+            s = sign[r]
+            before = pc[p]
+            pc[p] = before + s
+            if kind == KIND_QUANTILE:
+                _fen_add(tree, p, s)
+                tot += s
+            elif kind == KIND_COUNT_DISTINCT:
+                if before == 0 and s > 0:
+                    nd += 1
+                elif before + s == 0 and s < 0:
+                    nd -= 1
+            elif kind == KIND_MIN:
+                if s > 0:
+                    if cur < 0 or p < cur:
+                        cur = p
+                elif pc[p] == 0 and p == cur:
+                    rescans += 1
+                    cur = -1
+                    for x in range(p + 1, b):
+                        if pc[x] > 0:
+                            cur = x
+                            break
+            else:
+                if s > 0:
+                    if cur < 0 or p > cur:
+                        cur = p
+                elif pc[p] == 0 and p == cur:
+                    rescans += 1
+                    cur = -1
+                    for x in range(p - 1, a - 1, -1):
+                        if pc[x] > 0:
+                            cur = x
+                            break
+        if last[r]:
+            if kind == KIND_MIN or kind == KIND_MAX:
+                if cur >= 0:
+                    res[r] = pf[cur]
+            elif kind == KIND_COUNT_DISTINCT:
+                res[r] = nd
+            elif tot > 0:
+                base = _fen_prefix(tree, a)
+                x = q * (tot - 1)
+                k0 = int(np.floor(x))
+                k1 = min(k0 + 1, tot - 1)
+                v0 = pf[_fen_find(tree, base + k0 + 1)]
+                v1 = pf[_fen_find(tree, base + k1 + 1)]
+                res[r] = v0 + (v1 - v0) * (x - k0)
+    return res, rescans

@@ -1,7 +1,6 @@
 """Grouped aggregates over a change stream."""
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -11,6 +10,7 @@ from ...errors import SketchQLError
 from ..changes import Batch, Changes
 from ._keys import joint_codes, segment_starts
 from .base import Operator, STR
+from .holistic import SortedPairs
 
 __all__ = ["AggSpec", "Aggregate"]
 
@@ -49,71 +49,17 @@ class AggSpec:
         return self.name or (f"{self.func}_{self.column}" if self.column else "count")
 
 
-def _quantile(sorted_vals: list, q: float) -> float:
-    n = len(sorted_vals)
-    if n == 0:
-        return np.nan
-    pos = q * (n - 1)
-    lo = int(np.floor(pos))
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return float(sorted_vals[lo]) + (float(sorted_vals[hi]) - float(sorted_vals[lo])) * frac
-
-
-class _Holistic:
-    """Per-group structure of one holistic aggregate (Python objects)."""
-
-    __slots__ = ("kind", "q", "counts", "cur", "sorted", "rescans")
-
-    def __init__(self, kind, q):
-        self.kind, self.q = kind, q
-        self.counts = {}
-        self.cur = None
-        self.sorted = []
-        self.rescans = 0
-
-    def update(self, v, s):
-        if v != v:          # NaN/NULL: ignored
-            return
-        c = self.counts.get(v, 0) + s
-        if c < 0:
-            raise SketchQLError("aggregate: retraction of a value that is not in the group")
-        if c:
-            self.counts[v] = c
-        else:
-            del self.counts[v]
-        k = self.kind
-        if k in ("min", "max"):
-            better = (lambda a, b: a < b) if k == "min" else (lambda a, b: a > b)
-            if s > 0:
-                if self.cur is None or better(v, self.cur):
-                    self.cur = v
-            elif v == self.cur and c == 0:          # the extreme left: rescan
-                self.rescans += 1
-                self.cur = (min if k == "min" else max)(self.counts) if self.counts else None
-        elif k in ("median", "quantile"):
-            if s > 0:
-                bisect.insort(self.sorted, v)
-            else:
-                del self.sorted[bisect.bisect_left(self.sorted, v)]
-
-    def value(self):
-        k = self.kind
-        if k in ("min", "max"):
-            return np.nan if self.cur is None else self.cur
-        if k == "count_distinct":
-            return len(self.counts)
-        return _quantile(self.sorted, 0.5 if k == "median" else self.q)
-
-
 class Aggregate(Operator):
     """Grouped aggregation maintained incrementally from + / − changes.
 
     For each group the operator holds the row count and, per aggregate, either
     running sums (COUNT, SUM, AVG: subtractable, updated in one vectorized
     cumulative sum per step) or a per-group structure (MIN/MAX: current
-    extreme + value counts, rescanned only when the extreme's last copy
-    leaves; COUNT(DISTINCT): value counts; MEDIAN/QUANTILE: a sorted list).
+    extreme, rescanned only when the extreme's last copy leaves;
+    COUNT(DISTINCT): distinct count; MEDIAN/QUANTILE: k-th value by a Fenwick
+    tree -- all over one sorted (group, value, count) array per aggregate,
+    :class:`~sketchql.operators.exact.holistic.SortedPairs`, stepped by a
+    compiled loop).
     At every time at which a group changes value it emits −(old row) and
     +(new row) (nothing when the value is unchanged); a group that loses its
     last tuple emits only the − -- it disappears (W6).  With no ``group_by``
@@ -152,24 +98,23 @@ class Aggregate(Operator):
         self._cnt = np.empty(0, np.int64)      # rows per group
         self._n = [np.empty(0, np.int64) for _ in self.aggs]     # non-null count per agg
         self._s = [np.empty(0) for _ in self.aggs]               # running sum per agg
-        self._hol: list[dict] = [dict() if a.func in _HOLISTIC else None for a in self.aggs]
+        self._hol: list = [SortedPairs(a.func, a.q) if a.func in _HOLISTIC else None for a in self.aggs]
         self._hval = [np.empty(0) for _ in self.aggs]            # last holistic value per group
         self._rid = np.empty(0, np.int64)      # current output rid per group (-1: none)
         self._exists = np.empty(0, bool)
         self._next_rid = 0
-        self._rescans_closed = 0
 
     def state_size(self) -> int:
         n = int(self._exists.sum())
         for h in self._hol:
-            if h:
-                n += sum(len(x.counts) for x in h.values())
+            if h is not None:
+                n += len(h)
         return n
 
     def stats(self) -> dict:
         d = super().stats()
         d["groups"] = int(self._exists.sum())
-        d["rescans"] = self._rescans_closed + sum(x.rescans for h in self._hol if h for x in h.values())
+        d["rescans"] = sum(h.rescans for h in self._hol if h is not None)
         return d
 
     # -- group bookkeeping ------------------------------------------------
@@ -226,13 +171,7 @@ class Aggregate(Operator):
         self._rid, self._exists = self._rid[keep], self._exists[keep]
         for h in self._hol:
             if h is not None:
-                for gi in list(h):
-                    if not keep[gi]:
-                        self._rescans_closed += h[gi].rescans
-                        del h[gi]
-                items = {int(newidx[gi]): x for gi, x in h.items()}
-                h.clear()
-                h.update(items)
+                h.remap(newidx, keep)
 
     def _values_from_state(self, gi: np.ndarray, cnt, ns, ss, hol_vals):
         out = []
@@ -315,20 +254,7 @@ class Aggregate(Operator):
             else:
                 ns_after.append(np.zeros(n, np.int64))
                 ss_after.append(np.zeros(n))
-                h = self._hol[k]
-                res = np.empty(n, dtype=np.float64)
-                vl = v.tolist()
-                sl = s.tolist()
-                gl = g.tolist()
-                lastl = last.tolist()
-                for r in range(n):
-                    st = h.get(gl[r])
-                    if st is None:
-                        st = h[gl[r]] = _Holistic(a.func, a.q)
-                    st.update(vl[r], sl[r])
-                    if lastl[r]:
-                        res[r] = st.value()
-                vals[k] = res
+                vals[k] = self._hol[k].step(g, v, s, last)
         pts = np.flatnonzero(last)
         gp = g[pts]
         cnt_p = cnt_after[pts]
@@ -391,12 +317,6 @@ class Aggregate(Operator):
         for k, a in enumerate(self.aggs):
             if a.func in _HOLISTIC:
                 self._hval[k][gl_] = vals[k][L]
-        for k, h in enumerate(self._hol):
-            if h is not None:
-                for gi in gl_[self._cnt[gl_] == 0].tolist():
-                    if self.group_by and gi in h:
-                        self._rescans_closed += h[gi].rescans
-                        del h[gi]
         self._compact()
         return out
 
