@@ -187,7 +187,7 @@ class EngineAllocator:
         for q in self._queries():
             ct = q.bound.contract
             qs.append((q.id, float(q.weight), bool(q.active), ct.error, ct.confidence, ct.on_miss, ct.budget,
-                       ct.exact))
+                       ct.exact, q._precision.pinned_rate))
         b = self.engine.budgets
         return (tuple(sorted(qs)), b.get("memory_bytes"), b.get("cpu_units_per_s"))
 
@@ -206,10 +206,11 @@ class EngineAllocator:
         fixed_mem = fixed_cpu = 0.0
         for q in qs:
             qp = q._precision
-            if qp.kind == "exact" or qp.mode != "approx":
-                mem, cpu = self._resources_full(qp) if qp.kind == "exact" else self._resources_full(qp)
-                fixed_mem += mem
-                fixed_cpu += cpu
+            if qp.kind == "exact" or qp.mode != "approx" or qp.pinned_rate is not None:
+                mem, cpu = self._resources_full(qp)
+                share = 1.0 if qp.kind == "exact" or qp.mode != "approx" else qp.pinned_rate
+                fixed_mem += mem * share
+                fixed_cpu += cpu * share
                 continue
             m = self.model_for(qp)
             if m is None:

@@ -126,7 +126,7 @@ class QueryPrecision:
         self._last_t = -math.inf
         self._out_rows = 0
         self.error_message: Optional[str] = None
-        self._needs_standby = False
+        self.pinned_rate: Optional[float] = None      # a sample_rate set by hand (the allocator keeps off)
 
     # -- helpers --------------------------------------------------------------
     def _window(self) -> float:
@@ -215,6 +215,11 @@ class QueryPrecision:
 
         def offer(src_index, b, *args, **kw):
             smp = self.samplers.get(src_index)
+            scan = q._scan.get(src_index)
+            if smp is not None and scan is not None and scan.params.get("sample") not in (None, 1.0):
+                # the scan's own knob (PlanNode "sample") would drop rows unweighted: fold it in
+                smp.set_rate(float(scan.params["sample"]))
+                scan.params["sample"] = None
             if smp is not None and len(b):
                 n = len(b)
                 b, mask = smp.sample(b)
@@ -503,6 +508,30 @@ class QueryPrecision:
         if limit is not None:
             s = s[-int(limit):] if limit > 0 else []
         return jsonable(s)
+
+    # -- knobs (the query's control table; sketchql.approx.knobs) ---------------------------
+    def knobs(self) -> dict:
+        if self.kind == "exact":
+            return {}
+        d = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share}
+        if self.kind == "aggregate":
+            d["outlier_share"] = next(iter(self.samplers.values())).outlier_share if self.samplers else 0.0
+        return d
+
+    def set_knob(self, name: str, value):
+        from ..approx.knobs import QUERY_KNOBS
+        v = QUERY_KNOBS[name].coerce(value, where=f"query {self.q.id}")
+        if name == "sample_rate":
+            self.pinned_rate = v
+            if v is not None:
+                for smp in self.samplers.values():
+                    smp.set_rate(v)
+            self.m.allocator.on_queries_changed("sample_rate pinned" if v is not None else "sample_rate released")
+        elif name == "outlier_share":
+            for smp in self.samplers.values():
+                smp.outlier_share = float(v)
+        elif name == "audit_share":
+            self.set_audit_share(v)
 
     def set_audit_share(self, share: float):
         share = float(share)

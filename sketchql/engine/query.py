@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..approx.knobs import QUERY_KNOBS as _PRECISION_KNOBS
 from ..control import ControlTable, Knob
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
@@ -319,7 +320,8 @@ class Query:
         ct = self.bound.contract
         return {"active": self.active, "weight": self.weight, "budget": ct.budget, "budget_unit": ct.budget_unit,
                 "on_miss": ct.on_miss, "error": ct.error, "confidence": ct.confidence,
-                "retain_changes": self.retain_changes, "retain_seconds": self.retain_seconds}
+                "retain_changes": self.retain_changes, "retain_seconds": self.retain_seconds,
+                **(self._precision.knobs() if self._precision is not None else {})}
 
     def set_knob(self, name: str, value):
         ct = self.bound.contract
@@ -357,6 +359,8 @@ class Query:
                                     f"got {value!r}")
             self.retain_seconds = None if v is None or v == np.inf else v
             self._trim()
+        elif self._precision is not None and name in self._precision.knobs():
+            self._precision.set_knob(name, value)          # sample_rate, outlier_share, audit_share
         else:
             raise SketchQLError(f"query {self.id} has no knob {name!r} (knobs: {sorted(self.knobs())})")
 
@@ -388,6 +392,7 @@ class Query:
         "retain_seconds": Knob("retain_seconds", None, "float", lo=0.0, nullable=True,
                                doc="data-time seconds of result changes kept; null = no time bound",
                                effect={"memory": 1, "cpu": 0, "precision": 0}),
+        **_PRECISION_KNOBS,              # sketchql.approx.knobs
     }
 
     def control_table(self) -> ControlTable:

@@ -1,0 +1,47 @@
+"""The approximation knobs and their documented effect on memory, CPU and precision.
+
+Each :class:`~sketchql.control.Knob` carries ``effect``: the sign of the change
+of memory, CPU and precision when the knob's value *grows* (tested in
+``tests/test_approx_knobs.py`` on a generated stream).
+
+=====================  ========  =========================================================  ====  ====  =========
+knob                   entity    what it does                                               mem   cpu   precision
+=====================  ========  =========================================================  ====  ====  =========
+``sample_rate``        query     Bernoulli / universe sampling at the query's inputs         +     +     +
+``outlier_share``      query     share of rows always kept (largest SUM/AVG arguments)       +     +     +
+``audit_share``        query     share of windows recomputed by a shadow exact plan          +     +     0
+``budget``             query     probes per tuple of a promising-tuple join                  0     +     +
+``shed_rate``          stream    random drops at the input queue (all queries)               −     −     −
+``shed_key``           stream    drop whole values (keeps COUNT(DISTINCT) unbiased)          0     0     0
+``sample_rate``        stream    Bernoulli sampling before indexes and queries               +     +     +
+``memory_bytes``       engine    memory budget the allocator shares out                      +     0     +
+``cpu_units_per_s``    engine    CPU budget (work units per second of data time)             0     +     +
+=====================  ========  =========================================================  ====  ====  =========
+
+Synopsis compression of the count-sketch indexes (width folding,
+``CountSketch.compress``) and window reduction are available on the summaries
+and the planner's windows; the allocator does not drive them (see the
+README's "Precision and budgets").
+
+>>> QUERY_KNOBS["sample_rate"].effect
+{'memory': 1, 'cpu': 1, 'precision': 1}
+"""
+from __future__ import annotations
+
+from ..control import Knob
+
+__all__ = ["QUERY_KNOBS"]
+
+QUERY_KNOBS = {
+    "sample_rate": Knob("sample_rate", None, "float", lo=0.0, hi=1.0, lo_open=True, nullable=True,
+                        doc="sampling rate at the query's inputs (approximate plans and PT joins); "
+                            "a value pins it, null hands it back to the allocator / the contract's need",
+                        effect={"memory": 1, "cpu": 1, "precision": 1}),
+    "outlier_share": Knob("outlier_share", 0.01, "float", lo=0.0, hi=0.5,
+                          doc="share of each batch's largest SUM/AVG arguments kept with probability 1 "
+                              "(outlier index: intervals stay honest on skewed data)",
+                          effect={"memory": 1, "cpu": 1, "precision": 1}),
+    "audit_share": Knob("audit_share", 0.1, "float", lo=0.0, hi=1.0,
+                        doc="share of windows recomputed by a shadow exact plan to measure the error",
+                        effect={"memory": 1, "cpu": 1, "precision": 0}),
+}
