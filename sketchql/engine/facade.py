@@ -44,6 +44,8 @@ class Engine:
         self._ids = itertools.count(1)
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
+        #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
+        self.runtime = {"share_indexes": True}
         self.controls = ControlTables(self)
         from .precision import PrecisionManager
         self._precision = PrecisionManager(self)     # approximate plans, errors, audits, contracts
@@ -226,7 +228,34 @@ class Engine:
                 return mapped
             from ..planner.promising_single import SINGLE_UNSUPPORTED
             raise SketchQLSemanticError(SINGLE_UNSUPPORTED, *plan.bound.query.pos)
-        return promising_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
+        return promising_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND,
+                              index_for=self._index_for if self.runtime["share_indexes"] else None,
+                              private_index_for=self._private_index_for)
+
+    def _private_index_for(self, stream: str, col: str, window: float):
+        """Unshared mode: a fresh private index configured like the declared one (None if none is)."""
+        from .index_adapter import private_copy
+        ix = self._index_for(stream, col, window, declare=False)
+        return private_copy(ix) if ix is not None else None
+
+    def _index_for(self, stream: str, col: str, window: float, declare: bool = True):
+        """The shared index of ``stream.col``: the declared summary's when it covers ``window``,
+        else one the engine declares (``_auto_<stream>_<col>``, history sized for the window,
+        fed like a declared one) and reuses for the next query that needs it."""
+        from .index_adapter import covered_history, declare_auto
+        best = None
+        for d in self.catalog.summaries_on(stream):
+            if d.index and any(a.lower() == col.lower() for a in d.attrs):
+                ix = next(v for a, v in d.index.items() if a.lower() == col.lower())
+                if covered_history(d) >= (window if np.isfinite(window) else 600.0):
+                    return ix
+                best = best or ix
+        if not declare:
+            return None
+        h = self._streams.get(stream.lower())
+        decl = declare_auto(self.catalog, h.schema if h is not None else self.catalog.get(stream), col, window,
+                            self.seed, like=best)
+        return decl.index[decl.attrs[0]]
 
     def deregister(self, query: Query):
         self._queries.pop(query.id, None)
@@ -276,7 +305,7 @@ class Engine:
             _feed_indexes(decl, b, first_row)
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
-        self._dispatch(h, b)
+        self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._precision.after_push(h)
 
     def heartbeat(self, name: str, ts: float) -> None:
@@ -286,13 +315,17 @@ class Engine:
         if not np.isfinite(ts):
             raise SketchQLError(f"heartbeat of stream {h.name}: time must be finite, got {ts}")
         h.heartbeats += 1
-        if ts > h.clock:
+        advanced = ts > h.clock
+        if advanced:
             h.clock = ts
+        # the queries first consume what they still buffer (a PT join probes the shared index
+        # for it), then the index moves on (and may drop history older than its declaration)
+        self._dispatch(h, None)
+        if advanced:
             for decl in self.catalog.summaries_on(h.name):
                 _advance_indexes(decl, ts)
-        self._dispatch(h, None)
 
-    def _dispatch(self, h: StreamHandle, b: Optional[Batch]):
+    def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         for q in self._queries.values():
             if not q.active:
                 continue
@@ -301,7 +334,7 @@ class Engine:
                 continue
             if b is not None:
                 for s in srcs:
-                    q._offer(s.index, b)
+                    q._offer(s.index, b, rows)
             clocks = [self._streams[s.schema.name.lower()].clock for s in q.bound.streams]
             target = min(clocks)
             if np.isfinite(target):
@@ -317,18 +350,28 @@ class Engine:
                                 doc="CPU budget in work units (index probes) per second of data time; "
                                     "null = unlimited",
                                 effect={"memory": 0, "cpu": 1, "precision": 1}),
+        "share_indexes": Knob("share_indexes", True, "bool",
+                              doc="PT queries probe the stream attribute's declared (or engine-declared) index "
+                                  "instead of building private ones; applies to queries registered later",
+                              effect={"memory": -1, "cpu": 0, "precision": 0}),
     }
+
+    def _knob_value(self, n):
+        return self.runtime[n] if n in self.runtime else self.budgets.get(n)
 
     def control_table(self) -> ControlTable:
         st = {"streams": len(self._streams), "tables": len(self._tables), "queries": len(self._queries),
               "summaries": len(self.catalog.summaries), "seed": self.seed}
-        knobs = {n: Knob(**{**spec.__dict__, "value": self.budgets.get(n)}) for n, spec in self.KNOB_SPECS.items()}
+        knobs = {n: Knob(**{**spec.__dict__, "value": self._knob_value(n)}) for n, spec in self.KNOB_SPECS.items()}
         return ControlTable("engine", "engine", st, knobs)
 
     def set_control(self, name: str, value):
         if name not in self.KNOB_SPECS:
             raise ControlError(f"engine has no knob {name!r} (knobs: {', '.join(sorted(self.KNOB_SPECS))})")
-        self.budgets[name] = value
+        if name in self.runtime:
+            self.runtime[name] = self.KNOB_SPECS[name].coerce(value, where="engine")
+        else:
+            self.budgets[name] = value
 
     # -- introspection -----------------------------------------------------------
     def stats(self) -> dict:

@@ -7,7 +7,7 @@ from ..operators.changes import Batch
 from ..planner.catalog import SummaryDecl
 
 
-def _build_indexes(decl: SummaryDecl):
+def _build_indexes(decl: SummaryDecl, seed=None):
     """One ``sketchql.index.StreamIndex`` per attribute, if that package provides it.
 
     Thin adapter: returns ``{attr: index}`` or None when the index package has
@@ -22,10 +22,20 @@ def _build_indexes(decl: SummaryDecl):
         return None
     from ..index.declaration import SummaryDeclaration
     out = {}
+    cfg = None
+    if seed is not None:       # engine-declared: the configuration PTJoin's private indexes used
+        from ..index import IndexConfig
+        cfg = IndexConfig(structure="T4", n_buckets=64, w=256, seed=int(seed))
     for a in decl.attrs:
         d = SummaryDeclaration(decl.name, decl.stream, a, decl.granularity, decl.rate, decl.depth)
-        out[a] = SI(d)
+        out[a] = SI(d, cfg) if cfg is not None else SI(d)
     return out
+
+
+def private_copy(ix):
+    """A fresh, empty index with the declaration and configuration of ``ix`` (unshared mode)."""
+    import copy
+    return type(ix)(ix.decl, copy.deepcopy(ix.config))
 
 
 def _feed_indexes(decl: SummaryDecl, b: Batch, first_row: int):
@@ -44,3 +54,43 @@ def _advance_indexes(decl: SummaryDecl, now: float):
         f = getattr(idx, "advance", None)
         if f is not None:
             f(now)
+
+
+def covered_history(decl) -> float:
+    """Seconds of history a declaration's index keeps: T1 (1 + rate + ... + rate^(m-1)), minus the
+    last granularity's period (the covered history dips by it right after a COLLAPSE)."""
+    g, r, m = float(decl.granularity), int(decl.rate), int(decl.depth)
+    full = g * sum(r ** i for i in range(m))
+    return full - g * r ** (m - 1) / max(r, 1) if m > 1 else g
+
+
+def _auto_depth(window: float, granularity: float, rate: int) -> int:
+    span = window if np.isfinite(window) else 600.0
+    depth, hist = 1, granularity
+    while hist < span + granularity and depth < 16:
+        depth += 1
+        hist += granularity * rate ** (depth - 1)
+    return min(depth + 1, 16)
+
+
+def declare_auto(catalog, schema, col: str, window: float, seed: int, like=None):
+    """Declare (and register in ``catalog``) the index a query needs on ``schema.col``.
+
+    Named ``_auto_<stream>_<col>[_<k>]``; granularity and rate of ``like`` (a declared index
+    whose history was too short) or 10 s / 2; depth sized for ``window`` (whole stream: 600 s).
+    The engine feeds it like any declared summary from then on, and the next query that needs
+    ``schema.col`` reuses it.
+    """
+    from ..planner.catalog import SummaryDecl
+    g = float(like.decl.granularity) if like is not None else 10.0
+    r = int(like.decl.rate) if like is not None else 2
+    depth = _auto_depth(window, g, r)
+    base = f"_auto_{schema.name}_{col}"
+    name, k = base, 1
+    while catalog.summary(name) is not None:
+        k += 1
+        name = f"{base}_{k}"
+    decl = SummaryDecl(name, schema.name, [col], g, r, depth)
+    decl.index = _build_indexes(decl, seed=seed)
+    catalog.add_summary(decl)
+    return decl

@@ -81,6 +81,11 @@ class Query:
         self._pending: dict[int, list] = {s.index: [] for s in self.bound.streams}
         self._rngs = {s.index: np.random.default_rng([seed, qid, s.index]) for s in self.bound.streams}
         self._scan = {n.source: n for n in plan.root.walk() if n.kind == "scan"}
+        # operators that need the stream row ids of their scans' tuples (PT join on a shared index)
+        self._row_hooks: dict = {}
+        for n in plan.nodes:
+            for src, side in (getattr(n.op, "row_sources", None) or {}).items():
+                self._row_hooks.setdefault(src, []).append(lambda r, op=n.op, sd=side: op.feed_rows(sd, r))
         self.steps = 0
         self._instants: list = []        # the times the query advanced to (RSTREAM's instants)
         self._rs_polled = -np.inf        # RSTREAM poll cursor: the last instant returned
@@ -88,9 +93,13 @@ class Query:
         self.weight = 1.0                # the allocator's weight (0: leftovers only)
 
     # -- feeding ------------------------------------------------------------
-    def _offer(self, src_index: int, b: Batch):
+    def _offer(self, src_index: int, b: Batch, rows=None):
+        """Buffer a batch of source ``src_index``; ``rows`` = the stream row ids of its tuples
+        (the ids under which the shared index holds them; default: none known)."""
         if len(b):
-            self._pending[src_index].append(b)
+            if rows is None:
+                rows = np.full(len(b), -1, np.int64)
+            self._pending[src_index].append((b, np.asarray(rows, np.int64)))
 
     def _advance(self, now: float):
         """Step the whole plan to ``now`` with the buffered tuples of ts <= now."""
@@ -102,11 +111,12 @@ class Query:
             if not parts:
                 inputs[i] = None
                 continue
-            b = Batch.concat(parts) if len(parts) > 1 else parts[0]
+            b = Batch.concat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+            rows = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
             k = int(np.searchsorted(b.ts, now, side="right"))
             take, rest = b.take(slice(0, k)), b.take(slice(k, None))
-            self._pending[i] = [rest] if len(rest) else []
-            inputs[i] = self._prepare(i, take) if len(take) else None
+            self._pending[i] = [(rest, rows[k:])] if len(rest) else []
+            inputs[i] = self._prepare(i, take, rows[:k]) if len(take) else None
             has_input = has_input or len(take) > 0
         if now == self.clock and not has_input:
             return
@@ -173,7 +183,7 @@ class Query:
         """The oldest time t for which ``snapshot(t)`` is still exact (−inf: nothing was evicted)."""
         return self._base_at
 
-    def _prepare(self, i: int, b: Batch) -> Optional[Batch]:
+    def _prepare(self, i: int, b: Batch, rows=None) -> Optional[Batch]:
         node = self._scan[i]
         s = node.params.get("sample")
         mask = None
@@ -184,6 +194,10 @@ class Query:
             mask = m if mask is None else (mask & m)
         if mask is not None:
             b = b.take(mask)
+            rows = rows[mask] if rows is not None else None
+        if len(b) and rows is not None:
+            for hook in self._row_hooks.get(i, ()):
+                hook(rows)
         return b if len(b) else None
 
     def _run(self, node: PlanNode, now: float, inputs: dict):
@@ -310,7 +324,7 @@ class Query:
                 "checkpoint_rows": self._base.live_rows,
                 "snapshot_from": float(self._base_at) if np.isfinite(self._base_at) else None,
                 "poll_missed": self.missed,
-                "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b in parts)),
+                "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b, _ in parts)),
                 "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
                 "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs(),
                 **({"promising": pt[0].op.stats()} if (pt := [n for n in self.plan.nodes

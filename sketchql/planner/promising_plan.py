@@ -18,14 +18,18 @@ Mapping (what is accepted; everything else raises
   ``|ts_a − ts_b| < w`` -- the same pairs as the exact symmetric hash join;
 * ``WITH PREFERENCE desc|asc|weighted`` -> PTJoin preference; ``FADE FACTOR``
   -> fade (default 0.8); the engine seed seeds the operator;
-* the region index: PTJoin keeps its own :class:`sketchql.index.StreamIndex`
-  per side (``source="index"``), configured with the GRANULARITY and COLLAPSE
-  rate of the stream's declared ``CREATE SUMMARY`` on the join column (if
-  any; the depth is sized for the window).  The engine's declared indexes
-  are not shared: they are fed every pushed tuple with per-stream row ids,
-  whereas the operator needs the query's filtered/sampled input with one
-  arrival number across both streams (the join keeps a pair only when found
-  by its later member).
+* the region index: the engine passes ``index_for(stream, column, window)``,
+  which returns the stream attribute's *declared* :class:`sketchql.index.StreamIndex`
+  (``CREATE SUMMARY``; when none is declared the engine declares one and
+  reuses it for the next query that needs it).  Each side probes it through
+  a :class:`~sketchql.operators.promising.sources.SharedIndexSource`: the
+  index is fed once per pushed tuple by the engine (stream row ids); the
+  query's own input (filtered / sampled, one arrival number across both
+  streams) is a ``stream row -> seq`` mapping applied at probe time.  The
+  Query hands the stream rows of the tuples it feeds to each scan to
+  :meth:`PTJoinNode.feed_rows`.  Without ``index_for`` (engine knob
+  ``share_indexes`` off) PTJoin keeps a private StreamIndex per side
+  configured like the declared one.
 
 Budget (work units of :data:`sketchql.approx.UNIT_COSTS`, per arriving tuple
 that reaches the join, read from the query contract at every step so that
@@ -177,11 +181,48 @@ class PTJoinNode:
         self._pend_cols: Optional[dict] = None
         self.tuples_in = 0
         self.units_given = 0.0
+        self.idle_units = 0.0
         self.clock = -math.inf
+        #: plan source index of each side's scan -> side (set by the planner); the query
+        #: feeds the stream rows of the tuples it gives those scans (``feed_rows``)
+        self.row_sources: dict = {}
+        self._rows_fed = [[], []]          # stream rows fed to each side's scan, in scan rid order
+        self._rows_base = [0, 0]           # scan rid of the first row in _rows_fed
+
+    @property
+    def shared(self) -> bool:
+        """True when both sides probe a shared (engine-declared) index."""
+        srcs = getattr(self.op, "sources", None)
+        return bool(srcs) and all(hasattr(s, "bind") for s in srcs)
+
+    def feed_rows(self, side: int, rows) -> None:
+        """Stream row ids of the tuples the query feeds to ``side``'s scan (its next scan rids)."""
+        if not self.shared:
+            return
+        self._rows_fed[side].append(np.asarray(rows, np.int64))
+
+    def _rows_of(self, side: int, scan_rid):
+        parts = self._rows_fed[side]
+        allr = np.concatenate(parts) if len(parts) != 1 else parts[0]
+        k = np.asarray(scan_rid, np.int64) - self._rows_base[side]
+        if k.shape[0] and (k.min() < 0 or k.max() >= allr.shape[0]):
+            from ..errors import SketchQLError
+            raise SketchQLError("PT join over a shared index: the scan's arrivals do not match the rows fed")
+        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed
+        self._rows_base[side] += allr.shape[0]
+        self._rows_fed[side] = []
+        return allr[k]
+
+    def idle(self, units: float) -> None:
+        """Idle time (or a heartbeat) brings ``units`` of work: probe the queue with it."""
+        if units > 0:
+            self.idle_units += float(units)
+            self.op.account += float(units)
+            self.op.drain()
 
     # -- protocol of the exact operators ------------------------------------
     def step(self, now: float, *inputs) -> Optional[Changes]:
-        arr = []
+        arr, rids = [], []
         for side, ch in enumerate(inputs):
             if ch is None or not len(ch):
                 continue
@@ -190,6 +231,8 @@ class PTJoinNode:
                 continue
             rows = ch.rows.take(ins) if not ins.all() else ch.rows
             arr.append((side, rows))
+            rids.append(ch.rid[ins])
+        self._arr_rids = rids
         if arr:
             self._arrive(now, arr)
         else:
@@ -216,6 +259,12 @@ class PTJoinNode:
             self._append(s, seq[off:off + m], r)
             off += m
         batch = make_batch(side[o], ts[o], seq[o], key=key[o])
+        if self.shared:
+            # stream rows of each side's arrivals, in the order the PTJoin ingests them
+            rws = np.concatenate([self._rows_of(s, r_rid) for (s, _), r_rid in zip(arr, self._arr_rids)])
+            so, qo = side[o], seq[o]
+            for s in (0, 1):
+                self.op.sources[s].bind(qo[so == s], rws[o][so == s])
         units = float(self.budget_units())
         self.units_given += units * n
         self.tuples_in += n
@@ -331,7 +380,18 @@ class PTJoinNode:
                 "pt_pending_expirations": self.pending_expirations(),
                 "pt_queue": int(s["queued"]), "pt_probes": int(s["probes"]),
                 "pt_tuples_in": self.tuples_in, "pt_discarded": int(s["discarded"]),
-                "pt_stored_tuples": self.state_size()}
+                "pt_stored_tuples": self.state_size(), "pt_idle_units": self.idle_units,
+                "pt_index": "shared" if self.shared else "private",
+                "pt_index_bytes": self.index_nbytes(shared_once=False)}
+
+    def index_nbytes(self, shared_once: bool = True) -> int:
+        """Bytes of the region index this join probes: private indexes in full; for a
+        shared index only the query's mapping unless ``shared_once`` is False."""
+        from ..operators.promising.sources import index_nbytes
+        srcs = self.op.sources
+        if self.shared and shared_once:
+            return int(sum(s.mapping_nbytes for s in srcs))
+        return index_nbytes(srcs)
 
 
 def _empty_batch():
@@ -367,8 +427,14 @@ def _summary_options(catalog, stream: str, col: str) -> dict:
     return {}
 
 
-def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> Plan:
-    """Replace the plan's join by a promising-tuple join (module doc); raises for the rest."""
+def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float, index_for=None,
+                   private_index_for=None) -> Plan:
+    """Replace the plan's join by a promising-tuple join (module doc); raises for the rest.
+
+    ``index_for(stream, column, window) -> StreamIndex``: the shared index of a stream
+    attribute (the engine's); None keeps a private index per side, built by
+    ``private_index_for(stream, column, window)`` when that returns one (configured like the
+    declared index), else from the declaration's granularity and rate."""
     from ..operators.promising import build_promising_operator
 
     bq = plan.bound
@@ -405,9 +471,24 @@ def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> P
         o = _summary_options(catalog, names[s], keys[s])
         if o and not opts:
             opts = o
+    source, ixname = "index", "private"
+    if index_for is not None:
+        from ..operators.promising.sources import SharedIndexSource
+        ixs = [index_for(names[s], keys[s], window) for s in range(2)]
+        source = tuple(SharedIndexSource(window, ix) for ix in ixs)
+        opts = {"granularity": float(ixs[0].decl.granularity), "rate": int(ixs[0].decl.rate)}
+        ixname = "shared " + ", ".join(f"{ix.decl.name}.{ix.decl.attr}" for ix in ixs)
+    elif private_index_for is not None:
+        ixs = [private_index_for(names[s], keys[s], window) for s in range(2)]
+        if all(ix is not None for ix in ixs):
+            source = tuple(ixs)
+            opts = {"granularity": float(ixs[0].decl.granularity), "rate": int(ixs[0].decl.rate)}
+            index_for = True      # options come with the indexes
     op = build_promising_operator({"kind": "join", "window": None if math.isinf(window) else window,
                                    "preference": pref, "fade": fade, "streams": (0, 1), "key": "key",
-                                   "seed": seed, "source": "index", "source_options": opts or None})
+                                   "seed": seed, "source": source,
+                                   "source_options": None if index_for is not None else (opts or None)})
+    index_for = None
     budget_units = contract_budget(bq.contract, units_per_second)
 
     aliases = join.params["aliases"]
@@ -415,10 +496,12 @@ def promising_plan(plan: Plan, catalog, seed: int, units_per_second: float) -> P
     wtxt = "whole stream" if math.isinf(window) else f"{window:g} s"
     join.label = (f"PromisingTupleJoin ON {aliases[0]}.{keys[0]} = {aliases[1]}.{keys[1]} "
                   f"PREFERENCE {pref} FADE {fade:g} WINDOW {wtxt} "
-                  f"(index: G1 {opts.get('granularity', 10.0):g} s, rate {opts.get('rate', 2)})")
+                  f"(index: {ixname}, G1 {opts.get('granularity', 10.0):g} s, rate {opts.get('rate', 2)})")
     join.structure = "PT region index per stream + entry queue; member columns kept for 2 windows"
     join.params.update({"keys": keys, "window_s": window, "preference": pref, "fade": fade})
     join.op = PTJoinNode(op, keys, tuple(join.params["prefixes"]), window, budget_units)
+    join.op.row_sources = {scans[0].source: 0, scans[1].source: 1}
+    join.params["index"] = ixname
     # windowed output: pairs expire at min(ts_a, ts_b) + w, not in arrival order (weak), as
     # the exact join's edge annotate() labelled; whole stream: nothing expires (monotonic)
     if math.isinf(window):

@@ -339,7 +339,10 @@ def _by_row(rows, cells, sizes):
 
 
 def make_source(kind, window: float, seed: int = 0, options: dict | None = None):
-    """``kind``: ``"index"`` (StreamIndex), ``"mini"``, or a ready StreamIndex."""
+    """``kind``: ``"index"`` (StreamIndex), ``"mini"``, a ready StreamIndex, or a
+    :class:`SharedIndexSource` (a query's view of the engine's shared index, used as is)."""
+    if isinstance(kind, IndexSource):
+        return kind
     opts = dict(options or {})
     if kind == "mini":
         return MiniSource(window, seed=seed, **opts)
@@ -350,3 +353,143 @@ def make_source(kind, window: float, seed: int = 0, options: dict | None = None)
     from ...errors import SketchQLError
 
     raise SketchQLError(f"PT operator: unknown region source {kind!r} (use 'index', 'mini' or a StreamIndex)")
+
+
+class SharedIndexSource(IndexSource):
+    """A query's view of a *shared* :class:`sketchql.index.StreamIndex` (the
+    engine's declared index of a stream attribute, fed once by the engine).
+
+    The index holds every tuple of the stream with its *stream row id*; the
+    PT operator works in its own arrival numbers (``seq``: one order across
+    both sides of a join, the query's filtered / sampled input only).  This
+    view keeps the query's part as a mapping ``stream row -> seq`` (two
+    sorted int64 arrays) and applies it on top of the index:
+
+    * ``ingest`` does not touch the index (the engine already did): it binds
+      the seqs of the arriving tuples to the stream rows given just before
+      with :meth:`bind` (same order), so the insert is charged as before;
+    * ``scan`` / ``scan_many`` translate the matches' stream rows to seqs and
+      drop the rows the query never accepted (filtered, sampled out, pushed
+      before the query was registered, or not yet reached by the query's
+      clock) -- the per-query filter applied at probe time.  ``work`` still
+      counts every tuple compared (the cell is shared);
+    * ``regions`` / ``total`` / ``cell_end*`` / ``rest_cells*`` read the shared
+      index as is (estimates over the whole stream).
+
+    Memory: 16 bytes per accepted tuple of the last ``2 w`` seconds (the
+    mapping), against the index's sketch tables and tuple lists.
+
+    >>> import numpy as np
+    >>> from sketchql.index import StreamIndex, SummaryDeclaration
+    >>> ix = StreamIndex(SummaryDeclaration("s", "S", "k", granularity=10.0, rate=2, depth=4))
+    >>> _ = ix.ingest(np.array([5, 6, 5]), np.array([1.0, 2.0, 3.0]), np.array([100, 101, 102]))
+    >>> src = SharedIndexSource(60.0, ix)
+    >>> src.bind(np.array([0, 1]), np.array([100, 102]))   # the query's tuples 0, 1 are rows 100, 102
+    >>> src.ingest(np.array([5, 5]), np.array([1.0, 3.0]), np.array([0, 1]))
+    2
+    >>> r, cells, _ = src.rest_cells_many(np.array([5]), 0.0, 3.0)     # every cell of value 5
+    >>> row, rid, ts, work = src.scan_many(cells, np.full(len(cells), 5), 0.0, 3.0)
+    >>> sorted(rid.tolist()), sorted(ts.tolist())                       # row 101 (value 6) is not 5
+    ([0, 1], [1.0, 3.0])
+    """
+
+    may_repeat = True
+
+    def __init__(self, window: float, index):
+        super().__init__(window, index=index)
+        self.window = float(window)
+        self._rows = np.zeros(0, np.int64)     # stream rows accepted, increasing
+        self._seqs = np.zeros(0, np.int64)     # their seqs
+        self._mts = np.zeros(0, np.float64)    # their timestamps (pruning)
+        self._bound = None
+
+    # -- the per-query mapping ------------------------------------------------
+    def bind(self, seqs, stream_rows) -> None:
+        """The stream row id of each arrival ``seqs`` the operator may ingest next (it may
+        ingest them in chunks, or shed some: those are never mapped, so never found)."""
+        q = np.asarray(seqs, np.int64)
+        r = np.asarray(stream_rows, np.int64)
+        if self._bound is not None and self._bound[0].shape[0]:
+            q, r = np.concatenate([self._bound[0], q]), np.concatenate([self._bound[1], r])
+        o = np.argsort(q, kind="stable")
+        self._bound = (q[o], r[o])
+
+    def ingest(self, values, ts, rids) -> int:
+        rids = np.asarray(rids, np.int64)
+        if not rids.shape[0]:
+            return 0
+        bq, br = self._bound if self._bound is not None else (np.zeros(0, np.int64),) * 2
+        i = np.searchsorted(bq, rids)
+        ok = i < bq.shape[0]
+        ok[ok] = bq[i[ok]] == rids[ok]
+        if not ok.all():
+            from ...errors import SketchQLError
+            raise SketchQLError(f"shared index source: {int((~ok).sum())} arrivals have no stream row "
+                                f"(call bind(seqs, rows) first)")
+        rows = br[i]
+        drop = bq <= rids.max()          # ingested now, or passed over (shed)
+        self._bound = (bq[~drop], br[~drop])
+        if not rids.shape[0]:
+            return 0
+        ts = np.asarray(ts, np.float64)
+        o = np.argsort(rows, kind="stable")
+        rows, rids, ts = rows[o], rids[o], ts[o]
+        if self._rows.shape[0] and rows[0] <= self._rows[-1]:
+            # rows of another side interleave (never for one stream); merge
+            allr = np.concatenate([self._rows, rows])
+            oo = np.argsort(allr, kind="stable")
+            self._rows, self._seqs = allr[oo], np.concatenate([self._seqs, rids])[oo]
+            self._mts = np.concatenate([self._mts, ts])[oo]
+        else:
+            self._rows = np.concatenate([self._rows, rows])
+            self._seqs = np.concatenate([self._seqs, rids])
+            self._mts = np.concatenate([self._mts, ts])
+        self._prune(float(ts.max()))
+        return int(rids.shape[0])
+
+    def _prune(self, now: float) -> None:
+        if not math.isfinite(self.window):
+            return
+        old = self._mts <= now - 2.0 * self.window
+        k = int(old.sum())
+        if k and 2 * k >= old.shape[0]:
+            keep = ~old
+            self._rows, self._seqs, self._mts = self._rows[keep], self._seqs[keep], self._mts[keep]
+
+    def _translate(self, rows):
+        rows = np.asarray(rows, np.int64)
+        i = np.searchsorted(self._rows, rows)
+        ok = i < self._rows.shape[0]
+        ok[ok] = self._rows[i[ok]] == rows[ok]
+        return np.where(ok, self._seqs[np.minimum(i, max(self._rows.shape[0] - 1, 0))] if self._rows.shape[0]
+                        else 0, 0), ok
+
+    @property
+    def mapping_nbytes(self) -> int:
+        return int(self._rows.nbytes + self._seqs.nbytes + self._mts.nbytes)
+
+    # -- probes: the shared index, filtered to the query's tuples ------------
+    def scan(self, cell, value, t_from, t_to):
+        rows, ts, work = super().scan(cell, value, t_from, t_to)
+        seq, ok = self._translate(rows)
+        return seq[ok], np.asarray(ts)[ok], work
+
+    def scan_many(self, cells, values, t_from, t_to):
+        row, rows, ts, work = super().scan_many(cells, values, t_from, t_to)
+        if not rows.shape[0]:
+            return row, rows, ts, work
+        seq, ok = self._translate(rows)
+        return row[ok], seq[ok], ts[ok], work
+
+
+def index_nbytes(sources) -> int:
+    """Memory of the distinct indexes behind ``sources`` plus the shared views' mappings."""
+    seen, tot = set(), 0
+    for s in sources:
+        ix = getattr(s, "ix", None)
+        if ix is not None and id(ix) not in seen:
+            seen.add(id(ix))
+            nb = getattr(ix, "nbytes", 0)
+            tot += int(nb() if callable(nb) else nb)
+        tot += int(getattr(s, "mapping_nbytes", 0))
+    return tot
