@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SketchQLError
 from ..changes import Batch, Changes
-from ._keys import joint_codes, segment_starts
+from ._keys import KeyDict, fingerprints, segment_starts
 from .base import Operator, STR
 from .holistic import SortedPairs
 
@@ -95,6 +95,7 @@ class Aggregate(Operator):
         if len(set(names)) != len(names):
             raise SketchQLError(f"aggregate output has duplicate column names {names}")
         self._gkeys = None                    # dict col -> array, one entry per known group
+        self._gdict = KeyDict()               # group-key fingerprint -> group index
         self._cnt = np.empty(0, np.int64)      # rows per group
         self._n = [np.empty(0, np.int64) for _ in self.aggs]     # non-null count per agg
         self._s = [np.empty(0) for _ in self.aggs]               # running sum per agg
@@ -131,18 +132,14 @@ class Aggregate(Operator):
         if self._gkeys is None:
             self._gkeys = {c: rows.columns[c][:0] for c in self.group_by}
         G = len(self._cnt)
-        old_codes, new_codes = joint_codes([[self._gkeys[c] for c in self.group_by],
-                                            [rows.columns[c] for c in self.group_by]])
-        lut = np.full(int(max(old_codes.max(initial=-1), new_codes.max(initial=-1))) + 1, -1, np.int64)
-        lut[old_codes] = np.arange(G)
-        g = lut[new_codes]
-        unk = g < 0
-        if unk.any():
-            uc, first = np.unique(new_codes[unk], return_index=True)
-            pos = np.flatnonzero(unk)[first]
-            lut[uc] = np.arange(G, G + len(uc))
-            g = lut[new_codes]
-            self._gkeys = {c: np.concatenate([self._gkeys[c], rows.columns[c][pos]]) for c in self.group_by}
+        # persistent codes of the group keys' fingerprints (no re-coding of the known groups)
+        fp, _ = fingerprints([rows.columns[c] for c in self.group_by])
+        g = self._gdict.codes(fp)
+        if len(self._gdict) > G:
+            new = g >= G
+            uc, first = np.unique(g[new], return_index=True)
+            pos = np.flatnonzero(new)[first]
+            self._gkeys = {c: _cat(self._gkeys[c], rows.columns[c][pos]) for c in self.group_by}
             self._grow(len(uc))
         return g
 
@@ -163,6 +160,7 @@ class Aggregate(Operator):
             return
         keep = ~dead
         newidx = np.cumsum(keep) - 1
+        self._gdict.compact(keep)
         self._gkeys = {c: v[keep] for c, v in self._gkeys.items()}
         self._cnt = self._cnt[keep]
         self._n = [a[keep] for a in self._n]
@@ -329,3 +327,9 @@ class Aggregate(Operator):
 def _isnan(x):
     x = np.asarray(x)
     return np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+
+
+def _cat(a, b):
+    if (a.dtype.kind == "O") != (b.dtype.kind == "O"):
+        return np.concatenate([a.astype(object), b.astype(object)])
+    return np.concatenate([a, b])

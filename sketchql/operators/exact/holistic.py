@@ -76,20 +76,16 @@ class SortedPairs:
         if len(allg) > 1:
             first[1:] = (allg[1:] != allg[:-1]) | (allk[1:] != allk[:-1])
         cid = np.cumsum(first) - 1
-        pc = np.zeros(int(first.sum()), np.int64)
-        np.add.at(pc, cid, allc)
-        pg, pk, pf = allg[first], allk[first], allf[first]
-        # positions of the changes' pairs, and their groups' segments
+        starts = np.flatnonzero(first)
+        pc = np.add.reduceat(allc, starts) if len(starts) else np.zeros(0, np.int64)
+        pg, pk, pf = allg[starts], allk[starts], allf[starts]
+        # the changes' pairs: where the sort put them (no search), and their groups' segments
+        inv = np.empty(len(o), np.int64)
+        inv[o] = np.arange(len(o))
+        pos = np.full(len(g), -1, np.int64)
+        pos[ok] = cid[inv[len(self.pg):]]
         lo = np.searchsorted(pg, g, side="left")
         hi = np.searchsorted(pg, g, side="right")
-        pos = np.full(len(g), -1, np.int64)
-        if ok.any():
-            # within a group's segment the keys are sorted: search there
-            u = np.unique(pk)
-            rank = np.searchsorted(u, pk)
-            comp = pg * (len(u) + 1) + rank
-            cq = g[ok] * (len(u) + 1) + np.searchsorted(u, key[ok])
-            pos[ok] = np.searchsorted(comp, cq)
         res, rs = K.holistic(self.kind, self.q, g, pos, np.asarray(sign, np.int64), np.asarray(last, bool),
                              lo, hi, pc, pf)
         self.rescans += int(rs)

@@ -62,7 +62,11 @@ class _State:
         if minus.any():
             mr = ch.rid[minus]
             alive = np.flatnonzero(np.isinf(self.end))
-            o = alive[np.argsort(self.rid[alive], kind="stable")]
+            ra = self.rid[alive]
+            # rows arrive with increasing rids from a window scan: the state is then already
+            # sorted by rid and an expiry is a searchsorted, not a sort
+            o = alive if (len(ra) < 2 or bool(np.all(ra[1:] > ra[:-1]))) else \
+                alive[np.argsort(ra, kind="stable")]
             srt = self.rid[o]
             pos = np.searchsorted(srt, mr)
             posc = np.minimum(pos, max(len(srt) - 1, 0))
