@@ -45,7 +45,9 @@ class Engine:
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
         #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
-        self.runtime = {"share_indexes": True}
+        self.runtime = {"share_indexes": True, "scheduler": "inline", "quantum": 1024.0, "work_per_push": None}
+        #: the global operator scheduler (None while ``scheduler`` is ``inline``)
+        self.scheduler = None
         self.controls = ControlTables(self)
         from .precision import PrecisionManager
         self._precision = PrecisionManager(self)     # approximate plans, errors, audits, contracts
@@ -194,6 +196,9 @@ class Engine:
         self._precision.rewrite(plan, qid)     # approximate plan when the contract allows error
         query = Query(qid, sql, plan, self.seed)
         self._queries[qid] = query
+        if self.scheduler is not None:
+            from .runner import PlanRunner
+            query._runner = PlanRunner(query)
         try:
             self._precision.on_register(query)
         except SketchQLError:
@@ -306,6 +311,7 @@ class Engine:
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
+        self._after_input()
         self._precision.after_push(h)
 
     def heartbeat(self, name: str, ts: float) -> None:
@@ -316,14 +322,85 @@ class Engine:
             raise SketchQLError(f"heartbeat of stream {h.name}: time must be finite, got {ts}")
         h.heartbeats += 1
         advanced = ts > h.clock
+        gap = ts - h.clock if advanced else 0.0
         if advanced:
             h.clock = ts
         # the queries first consume what they still buffer (a PT join probes the shared index
         # for it), then the index moves on (and may drop history older than its declaration)
         self._dispatch(h, None)
+        self._after_input()
+        self._heartbeat_budget(h, gap)
         if advanced:
             for decl in self.catalog.summaries_on(h.name):
                 _advance_indexes(decl, ts)
+
+    # -- scheduling -------------------------------------------------------------
+    def _tasks(self) -> list:
+        return [t for q in self._queries.values() if q._runner is not None for t in q._runner.tasks]
+
+    def _paths(self) -> list:
+        return [p for q in self._queries.values() if q._runner is not None for p in q._runner.paths()]
+
+    def _set_scheduler(self, strategy: str) -> None:
+        from .runner import PlanRunner
+        from .scheduler import Scheduler
+        if strategy == "inline":
+            if self.scheduler is not None:
+                self.scheduler.run()                 # drain what is queued, then run inline
+            self.scheduler = None
+            for q in self._queries.values():
+                q._runner = None
+            return
+        if self.scheduler is None:
+            self.scheduler = Scheduler(strategy, self.runtime["quantum"], self._tasks, self._paths)
+            for q in self._queries.values():
+                q._runner = PlanRunner(q)
+        else:
+            self.scheduler.set_strategy(strategy)
+
+    def _after_input(self) -> None:
+        if self.scheduler is not None:
+            w = self.runtime["work_per_push"]
+            self.scheduler.run(None if w is None else float(w))
+
+    def run(self, budget: Optional[float] = None) -> float:
+        """Give the scheduler ``budget`` work units (None: until every queue is empty); returns
+        the units spent.  Inline (no scheduler) there is nothing queued: returns 0."""
+        if self.scheduler is None:
+            return 0.0
+        return self.scheduler.run(budget)
+
+    def idle(self, units: float) -> float:
+        """Idle time worth ``units`` work units: first the scheduler's queues, then what is left
+        goes to the promising-tuple operators (split by query weight) to probe their queues."""
+        units = float(units)
+        if units < 0:
+            raise SketchQLError(f"idle: units must be >= 0, got {units}")
+        left = units - self.run(units) if self.scheduler is not None else units
+        self._give_pt(left, [q for q in self._queries.values() if q.active])
+        return left
+
+    def _pt_nodes(self, queries):
+        return [(q, n) for q in queries for n in q.plan.nodes
+                if n.op is not None and hasattr(n.op, "idle")]
+
+    def _give_pt(self, units: float, queries) -> None:
+        nodes = self._pt_nodes(queries)
+        w = sum(q.weight for q, _ in nodes)
+        if units <= 0 or not nodes or w <= 0:
+            return
+        for q, n in nodes:
+            n.op.idle(units * q.weight / w)
+
+    def _heartbeat_budget(self, h: StreamHandle, gap: float) -> None:
+        """A heartbeat over a silent gap brings the PT operators reading ``h`` the budget the
+        arrivals would have brought: units per tuple × the stream's rate × the gap."""
+        if not (gap > 0 and np.isfinite(gap)):
+            return
+        rate = h.planner_stats().rate
+        for q, n in self._pt_nodes([q for q in self._queries.values() if q.active and any(
+                s.schema.name.lower() == h.name.lower() for s in q.bound.streams)]):
+            n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         for q in self._queries.values():
@@ -350,6 +427,18 @@ class Engine:
                                 doc="CPU budget in work units (index probes) per second of data time; "
                                     "null = unlimited",
                                 effect={"memory": 0, "cpu": 1, "precision": 1}),
+        "scheduler": Knob("scheduler", "inline", "choice",
+                          choices=("inline", "round_robin", "fifo", "greedy", "chain"),
+                          doc="operator scheduling: inline (each plan runs to completion when fed) or a global "
+                              "scheduler with bounded work per turn (round robin, FIFO, greedy, Chain)",
+                          effect={"memory": 0, "cpu": 0, "precision": 0}),
+        "quantum": Knob("quantum", 1024.0, "float", lo=0.0, lo_open=True,
+                        doc="input tuples an operator may process per scheduler turn",
+                        effect={"memory": 1, "cpu": 0, "precision": 0}),
+        "work_per_push": Knob("work_per_push", None, "float", lo=0.0, nullable=True,
+                              doc="scheduler work units run after each push or heartbeat; null = until "
+                                  "every queue is empty (engine.run / engine.idle give more)",
+                              effect={"memory": -1, "cpu": 1, "precision": 0}),
         "share_indexes": Knob("share_indexes", True, "bool",
                               doc="PT queries probe the stream attribute's declared (or engine-declared) index "
                                   "instead of building private ones; applies to queries registered later",
@@ -361,7 +450,8 @@ class Engine:
 
     def control_table(self) -> ControlTable:
         st = {"streams": len(self._streams), "tables": len(self._tables), "queries": len(self._queries),
-              "summaries": len(self.catalog.summaries), "seed": self.seed}
+              "summaries": len(self.catalog.summaries), "seed": self.seed,
+              "scheduler": self.scheduler.stats() if self.scheduler is not None else {"strategy": "inline"}}
         knobs = {n: Knob(**{**spec.__dict__, "value": self._knob_value(n)}) for n, spec in self.KNOB_SPECS.items()}
         return ControlTable("engine", "engine", st, knobs)
 
@@ -369,7 +459,12 @@ class Engine:
         if name not in self.KNOB_SPECS:
             raise ControlError(f"engine has no knob {name!r} (knobs: {', '.join(sorted(self.KNOB_SPECS))})")
         if name in self.runtime:
-            self.runtime[name] = self.KNOB_SPECS[name].coerce(value, where="engine")
+            v = self.KNOB_SPECS[name].coerce(value, where="engine")
+            if name == "scheduler":
+                self._set_scheduler(v)
+            elif name == "quantum" and self.scheduler is not None:
+                self.scheduler.quantum = float(v)
+            self.runtime[name] = v
         else:
             self.budgets[name] = value
 

@@ -91,6 +91,7 @@ class Query:
         self._rs_polled = -np.inf        # RSTREAM poll cursor: the last instant returned
         self.active = True
         self.weight = 1.0                # the allocator's weight (0: leftovers only)
+        self._runner = None              # PlanRunner when the engine runs a scheduler
 
     # -- feeding ------------------------------------------------------------
     def _offer(self, src_index: int, b: Batch, rows=None):
@@ -120,10 +121,17 @@ class Query:
             has_input = has_input or len(take) > 0
         if now == self.clock and not has_input:
             return
-        out = self._run(self.plan.root, now, inputs)
         self.clock = now
         self.steps += 1
         self._instants.append(now)
+        if self._runner is not None:          # under the engine's scheduler: queued, run later
+            self._runner.feed(now, inputs)
+            return
+        out = self._run(self.plan.root, now, inputs)
+        self._deliver(now, out)
+
+    def _deliver(self, now: float, out) -> None:
+        """The root's output of the step at ``now`` (inline, or from the scheduler's sink)."""
         if out is not None and len(out):
             self._record(out)
         self._trim()

@@ -75,15 +75,26 @@ class _Base:
         self._seq = 0
         self.tuples_in = 0
         self.units_given = 0.0
+        self.idle_units = 0.0
         self.clock = -math.inf
+
+    def _empty(self):
+        from ..operators.promising import make_batch
+        return make_batch(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64),
+                          **{self.attr: np.zeros(0, np.int64),
+                             **({self.value: np.zeros(0)} if self.value and self.value != self.attr else {})})
+
+    def idle(self, units: float) -> None:
+        """Idle time (or a heartbeat) brings ``units`` of work: the operator probes its pending
+        regions with it (what it finds is reported at the next step)."""
+        if units > 0:
+            self.idle_units += float(units)
+            self.op.tick(self._empty(), np.array([float(units)]))
 
     def _feed(self, rows) -> Optional[dict]:
         from ..operators.promising import make_batch
         if rows is None or not len(rows):
-            self.op.tick(make_batch(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64),
-                                    **{self.attr: np.zeros(0, np.int64),
-                                       **({self.value: np.zeros(0)} if self.value and self.value != self.attr
-                                          else {})}), np.zeros(0))
+            self.op.tick(self._empty(), np.zeros(0))
             return None
         ts = rows.rows.ts
         o = np.lexsort((rows.rid, ts))
@@ -103,7 +114,8 @@ class _Base:
         s = self.op.stats()
         return {"pt_operator": type(self.op).__name__, "pt_window": self.window,
                 "pt_budget_units_per_tuple": float(self.budget_units()), "pt_units_given": self.units_given,
-                "pt_work": float(s["work"]), "pt_probes": int(s["probes"]), "pt_tuples_in": self.tuples_in}
+                "pt_work": float(s["work"]), "pt_probes": int(s["probes"]), "pt_tuples_in": self.tuples_in,
+                "pt_idle_units": self.idle_units}
 
 
 class PTSelectNode(_Base):

@@ -1,0 +1,150 @@
+"""A query plan as scheduler tasks: one task per plan node, queues between them.
+
+Inline execution (no scheduler) steps a whole plan at once: every operator is
+called with the time ``now`` of the step and its children's outputs.  Under a
+scheduler (:mod:`sketchql.engine.scheduler`) each plan node is a
+:class:`NodeTask` with one input queue per child; a queue entry is one step
+``(now, changes)`` of the child (a scan's entry: the step's input batch).  A
+task is *ready* when every input queue holds an entry; a turn processes whole
+steps until the quantum of input tuples is used up, and puts each output step
+into its parent's queue (the root's into the query's sink).  Every operator
+therefore sees exactly the calls it sees inline, in the same order: results
+are identical, only *when* they appear depends on the scheduler.
+
+>>> from sketchql.engine import Engine
+>>> eng = Engine()
+>>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
+>>> q = eng.register("SELECT v FROM S [RANGE 5] WHERE v > 1")
+>>> eng.set_control("scheduler", "chain"); eng.set_control("work_per_push", 0)
+>>> eng.push("S", {"ts": [1.0, 2.0], "v": [1.0, 3.0]})
+>>> len(q.changes()), eng.scheduler.queued() > 0
+(0, True)
+>>> _ = eng.run(); q.snapshot()["v"].tolist(), eng.scheduler.queued()
+([3.0], 0.0)
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+__all__ = ["NodeTask", "PlanRunner"]
+
+
+def _rows(x) -> int:
+    return 0 if x is None else len(x)
+
+
+def _nbytes(x) -> int:
+    if x is None:
+        return 0
+    cols = getattr(x, "columns", None)
+    if cols is None:
+        return 0
+    n = sum(int(np.asarray(v).nbytes) for v in cols.values())
+    for a in ("ts", "at", "rid", "sign"):
+        v = getattr(x, a, None)
+        if v is None and hasattr(x, "rows"):
+            v = getattr(x.rows, a, None)
+        if v is not None:
+            n += int(np.asarray(v).nbytes)
+    return n
+
+
+class NodeTask:
+    """One plan node under the scheduler (module doc)."""
+
+    def __init__(self, runner: "PlanRunner", node, parent: "NodeTask" = None, slot: int = 0, name: str = ""):
+        self.runner, self.node, self.parent, self.slot, self.name = runner, node, parent, slot, name
+        self.inputs = [deque() for _ in range(max(1, len(node.children)))]
+        self.consumed = 0
+        self.produced = 0
+        self.steps = 0
+        self.selectivity = 1.0           # EWMA of rows out / rows in
+        self.cost_per_tuple = 1.0        # one unit per input tuple (steps without input: one unit)
+
+    def ready(self) -> bool:
+        return all(self.inputs)
+
+    def queued(self) -> float:
+        return float(sum(_rows(x) for q in self.inputs for _, x in q))
+
+    def queued_bytes(self) -> int:
+        return int(sum(_nbytes(x) for q in self.inputs for _, x in q))
+
+    def head_stamp(self) -> float:
+        return min(q[0][0] for q in self.inputs) if self.ready() else np.inf
+
+    def run(self, quantum: float):
+        used = produced = 0
+        cost = 0.0
+        while self.ready() and used < quantum:
+            entries = [q.popleft() for q in self.inputs]
+            now = entries[0][0]
+            ins = [x if (x is not None and len(x)) else None for _, x in entries]
+            out = self.node.op.step(now, *ins)
+            k = sum(_rows(x) for x in ins)
+            o = _rows(out)
+            used += k
+            produced += o
+            cost += max(k, 1)
+            self.steps += 1
+            if k:
+                self.selectivity = 0.8 * self.selectivity + 0.2 * (o / k) if self.consumed else o / k
+            self.consumed += k
+            self.produced += o
+            if self.parent is not None:
+                self.parent.inputs[self.slot].append((now, out))
+            else:
+                self.runner.sink(now, out)
+        return used, produced, cost
+
+    def stats(self) -> dict:
+        return {"queued": self.queued(), "queued_bytes": self.queued_bytes(), "consumed": self.consumed,
+                "produced": self.produced, "steps": self.steps, "selectivity": self.selectivity}
+
+
+class PlanRunner:
+    """The tasks of one query's plan: feeds the leaves, collects the root's output steps."""
+
+    def __init__(self, query):
+        self.query = query
+        self.tasks: list = []
+        self.by_node: dict = {}
+        self._leaves: list = []
+
+        def build(node, parent, slot):
+            t = NodeTask(self, node, parent, slot, name=f"q{query.id}.n{len(self.tasks)}")
+            self.tasks.append(t)
+            self.by_node[id(node)] = t
+            if node.kind == "scan":
+                self._leaves.append(t)
+            for i, c in enumerate(node.children):
+                build(c, t, i)
+            return t
+        self.root = build(query.plan.root, None, 0)
+        # keep the plan-node numbering of the control tables
+        order = {id(n): i for i, n in enumerate(query.plan.nodes)}
+        for t in self.tasks:
+            t.name = f"q{query.id}.n{order.get(id(t.node), 0)}"
+
+    def feed(self, now: float, inputs: dict) -> None:
+        for t in self._leaves:
+            t.inputs[0].append((now, inputs.get(t.node.source)))
+
+    def sink(self, now: float, out) -> None:
+        self.query._deliver(now, out)
+
+    def paths(self) -> list:
+        """Leaf-to-root task paths."""
+        out = []
+        for leaf in self._leaves:
+            p, t = [], leaf
+            while t is not None:
+                p.append(t)
+                t = t.parent
+            out.append(p)
+        return out
+
+    def queued(self) -> float:
+        return float(sum(t.queued() for t in self.tasks))
