@@ -197,7 +197,7 @@ class ApproxAggregate(Operator):
             col = lambda t: np.asarray(c[f"__i{k}_{t}"], np.float64)  # noqa: E731
             if a.func == "count":
                 n = col("n")
-                est, lo, hi = E.count_interval(n, np.nan_to_num(col("s0")), conf)
+                est, lo, hi = E.count_interval(n, np.nan_to_num(col("s0")), conf, np.nan_to_num(col("v0")))
             elif a.func == "sum":
                 est, lo, hi = E.sum_interval(np.nan_to_num(col("s1")), np.nan_to_num(col("v2")), conf)
                 if self.group_by:
@@ -218,31 +218,49 @@ class ApproxAggregate(Operator):
         return Batch(res, ts=out.ts)
 
     def _quantile_bounds(self, k, out: Changes, est, n, s0):
-        """Order-statistic bounds of the groups' current samples; retractions repeat their insert."""
+        """Order-statistic bounds from the groups' current samples (the inner operator's
+        :class:`~sketchql.operators.exact.holistic.SortedPairs`: (group, value, copies) sorted
+        by group then value); a retraction repeats the bounds of its insertion (by rid)."""
         lo, hi = est.copy(), est.copy()
         cache = self._qbounds[k]
         inner = self.inner
-        hol = inner._hol[self._qk[k]]
-        # group index of each current rid
-        live = np.flatnonzero(inner._exists)
-        rid2g = dict(zip(inner._rid[live].tolist(), live.tolist()))
+        sp = inner._hol[self._qk[k]]
         a = self.aggs[k]
         q = 0.5 if a.func == "median" else float(a.q)
-        for i in range(len(out)):
-            r = int(out.rid[i])
-            if out.sign[i] < 0:
-                b = cache.pop(r, None)
-                if b is not None:
-                    lo[i], hi[i] = b
-                continue
-            g = rid2g.get(r)
-            st = hol.get(g) if g is not None else None
-            if st is None or not st.sorted or not np.isfinite(est[i]):
-                b = (est[i], est[i])
-            else:
-                p = float(n[i] / s0[i]) if s0[i] > 0 else 1.0
-                e, l_, h_ = E.quantile_interval(np.asarray(st.sorted, np.float64), q, p, self.conf)
-                b = (min(l_, est[i]), max(h_, est[i]))
-            cache[r] = b
-            lo[i], hi[i] = b
+        sign, rids = out.sign, out.rid
+        minus = np.flatnonzero(sign < 0)
+        for i in minus.tolist():
+            b = cache.pop(int(rids[i]), None)
+            if b is not None:
+                lo[i], hi[i] = b
+        plus = np.flatnonzero(sign > 0)
+        if not len(plus):
+            return lo, hi
+        # group of each + row: the group whose current rid it is (else: transient row, point interval)
+        live = np.flatnonzero(inner._exists)
+        order = np.argsort(inner._rid[live], kind="stable")
+        rsorted = inner._rid[live][order]
+        j = np.searchsorted(rsorted, rids[plus])
+        jj = np.minimum(j, max(len(rsorted) - 1, 0))
+        known = (len(rsorted) > 0) & (rsorted[jj] == rids[plus]) if len(rsorted) else np.zeros(len(plus), bool)
+        g = np.where(known, live[order][jj] if len(live) else 0, -1)
+        pg, pf, pc = sp.pg, sp.pf, sp.pc
+        C = np.cumsum(pc)
+        seg_lo = np.searchsorted(pg, g, side="left")
+        seg_hi = np.searchsorted(pg, g, side="right")
+        base = np.where(seg_lo > 0, C[np.maximum(seg_lo - 1, 0)] if len(C) else 0, 0)
+        tot = np.where(seg_hi > seg_lo, (C[np.maximum(seg_hi - 1, 0)] if len(C) else 0) - base, 0)
+        ok = known & (tot > 0) & np.isfinite(est[plus])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(s0[plus] > 0, n[plus] / s0[plus], 1.0)
+        rl, rh = E.quantile_ranks(tot, q, p, self.conf)
+        pos_l = np.searchsorted(C, base + rl, side="right")
+        pos_h = np.searchsorted(C, base + rh, side="right")
+        vl = np.where(ok, pf[np.minimum(pos_l, max(len(pf) - 1, 0))] if len(pf) else np.nan, est[plus])
+        vh = np.where(ok, pf[np.minimum(pos_h, max(len(pf) - 1, 0))] if len(pf) else np.nan, est[plus])
+        vl = np.where(p >= 1.0, est[plus], np.minimum(vl, est[plus]))
+        vh = np.where(p >= 1.0, est[plus], np.maximum(vh, est[plus]))
+        lo[plus], hi[plus] = vl, vh
+        for r, a_, b_ in zip(rids[plus].tolist(), vl.tolist(), vh.tolist()):
+            cache[r] = (a_, b_)
         return lo, hi

@@ -52,18 +52,31 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
-def count_interval(n, sum_w, conf: float):
-    """COUNT from ``n`` kept rows of total HT weight ``sum_w`` (module doc)."""
+def count_interval(n, sum_w, conf: float, var_w=None):
+    """COUNT from ``n`` kept rows of total HT weight ``sum_w`` (module doc).
+
+    With ``var_w = Σ w (w − 1)`` the rows kept with certainty (outlier index, ``w = 1``) are
+    separated from the sampled ones as if the latter shared one rate: ``p = (Σw − n) / var_w``,
+    ``n_r = (Σw − n) / (1/p − 1)`` sampled rows; the score interval covers those and the
+    certain ``n − n_r`` rows are added exactly."""
     n, sw = _f(n), _f(sum_w)
     z = z_of(conf)
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(sw > 0, np.minimum(n / sw, 1.0), 1.0)
-        B = 2 * n * p + z * z * p * (1 - p)
-        disc = np.sqrt(np.maximum(B * B - 4 * p * p * n * n, 0.0))
+        if var_w is None:
+            p = np.where(sw > 0, np.minimum(n / sw, 1.0), 1.0)
+            nr, fixed = n, 0.0
+        else:
+            v = _f(var_w)
+            extra = sw - n
+            p = np.where(v > 0, np.clip(extra / v, 1e-12, 1.0), 1.0)
+            nr = np.where(v > 0, np.clip(extra * p / np.maximum(1 - p, 1e-12), 0.0, n), 0.0)
+            fixed = n - nr
+        B = 2 * nr * p + z * z * p * (1 - p)
+        disc = np.sqrt(np.maximum(B * B - 4 * p * p * nr * nr, 0.0))
         lo = (B - disc) / (2 * p * p)
         hi = (B + disc) / (2 * p * p)
-    lo = np.where(p >= 1.0, n, np.maximum(lo, n))
-    hi = np.where(p >= 1.0, n, hi)
+    lo = np.where(p >= 1.0, nr, np.maximum(lo, nr)) + fixed
+    hi = np.where(p >= 1.0, nr, hi) + fixed
     return sw.copy(), lo, hi
 
 
