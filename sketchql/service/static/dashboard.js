@@ -544,7 +544,7 @@ function drawSummary(z) {
     ["memory", fmt(z.nbytes, "bytes")], ["ingested", fmt(c.ingested, "int")], ["collapses", fmt(c.collapses, "int")],
     ["zones started", fmt(c.zones_started, "int")], ["zones dropped (tuples)", `${fmt(c.zones_dropped, "int")} (${fmt(c.tuples_dropped, "int")})`],
     ["probe nodes visited", fmt(c.nodes_visited, "int")], ["tuples compared", fmt(c.tuples_compared, "int")],
-    ["compared / held", c.tuples_compared && z.tuples ? fmt(c.tuples_compared / Math.max(1, c.nodes_visited || 1)) + " per node" : "not available"]];
+    ["tuples compared per node visited", c.tuples_compared && c.nodes_visited ? fmt(c.tuples_compared / c.nodes_visited) : "not available"]];
   const tbl = card.querySelector("table.prune");
   tbl.replaceChildren(...rows.map(([k, v]) => el("tr", {}, el("td", { text: k }), el("td", { text: v == null ? "not available" : v }))));
   tbl.rows[0].cells[1].dataset.metric = `${z.name}.zones`; tbl.rows[0].cells[1].dataset.value = String(z.zones);
