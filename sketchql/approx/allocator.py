@@ -23,9 +23,10 @@ objective with two coupling constraints and 1 or 2 knobs per query:
 Contracts: the needs are imposed as lower bounds when all of them fit
 together; otherwise the contracts that do not fit (lowest weight first) are
 reported infeasible with what they would need, and dropped from the bounds.
-Weight-0 queries (inactive, or weight 0) get only leftovers: the positive-
-weight problem is solved first, then the weight-0 queries share what is left
-(maximizing their unweighted precision).
+Weight-0 queries (inactive, or weight 0) get only leftovers: their floor
+(the lowest rate) is reserved, the positive-weight problem is solved in the
+rest, then the weight-0 queries share what is left (maximizing their
+unweighted precision).
 
 >>> from sketchql.approx.precision_model import AggregateModel
 >>> a = AggregateModel([2000.0], [1.0], 0.05, 0.95, memory_full=1000.0, cpu_full=1.0, contract=False)
@@ -221,8 +222,12 @@ def allocate(models: Sequence[QueryModel], weights: Sequence[float], memory: Opt
         lower[i] = None
     knobs = [None] * n
     method = ""
+    # the weight-0 queries' floors are reserved first (their rate cannot go below the floor)
+    floor = [models[i].evaluate([b[0] for b in models[i].bounds()]) for i in zero]
+    mem_pos = None if memory is None else max(memory - sum(f[1] for f in floor), 0.0)
+    cpu_pos = None if cpu is None else max(cpu - sum(f[2] for f in floor), 0.0)
     if pos:
-        sol = _solve([models[i] for i in pos], w[pos], memory, cpu, [lower[i] for i in pos], n_grid)
+        sol = _solve([models[i] for i in pos], w[pos], mem_pos, cpu_pos, [lower[i] for i in pos], n_grid)
         if sol is None:          # nothing fits even at the lowest rates: everyone at the floor
             for i in pos:
                 knobs[i] = [b[0] for b in models[i].bounds()]
