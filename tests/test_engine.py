@@ -16,7 +16,8 @@ from sketchql.errors import LateTupleError, SketchQLSemanticError, SketchQLSynta
 def test_w3_sum_with_delayed_answers_through_sql():
     eng = Engine()
     eng.execute("CREATE STREAM Sales (price DOUBLE) TIMESTAMP ts")
-    q = eng.register("SELECT SUM(price) FROM Sales [RANGE 10] WHERE price > 4")
+    # SQL: the SUM of an empty window is NULL; W3's 25:0 is COALESCE(SUM(price), 0)
+    q = eng.register("SELECT COALESCE(SUM(price), 0) AS \"SUM(price)\" FROM Sales [RANGE 10] WHERE price > 4")
     price = np.full(25, 2.0)
     for t, p in [(1, 6), (2, 9), (6, 5), (8, 8), (15, 7)]:
         price[t - 1] = p
@@ -30,7 +31,7 @@ def test_w3_sum_with_delayed_answers_through_sql():
 def test_w3_answers_reported_by_heartbeat_without_new_tuples():
     eng = Engine()
     eng.execute("CREATE STREAM Sales (price DOUBLE) TIMESTAMP ts")
-    q = eng.register("SELECT SUM(price) AS s FROM Sales [RANGE 10] WHERE price > 4")
+    q = eng.register("SELECT COALESCE(SUM(price), 0) AS s FROM Sales [RANGE 10] WHERE price > 4")
     eng.push("Sales", {"ts": [1.0, 2.0], "price": [6.0, 9.0]})
     eng.heartbeat("Sales", 11.5)
     assert q.snapshot(11.0)["s"].tolist() == [9.0]
@@ -270,7 +271,9 @@ def test_views_and_polling():
     eng.heartbeat("S", 6.5)
     assert qi.results()["__sign"].tolist() == [1, 1]
     assert qd.results()[["v", "__at"]].values.tolist() == [[10, 6.0]]
-    assert qr.results()["__sign"].tolist() == [1, 1, -1]
+    # RSTREAM: the whole relation at each instant the query advanced to (2.0, then 6.5)
+    assert qr.results()[["v", "__at"]].values.tolist() == [[10, 2.0], [20, 2.0], [20, 6.5]]
+    assert qr.results(view="changes")["__sign"].tolist() == [1, 1, -1]
     assert [len(b) for b in qd] == [1]
 
 
@@ -402,7 +405,7 @@ def test_drop_statements():
 # ------------------------------------------------------------------ CLI
 def test_cli_query_and_explain(tmp_path, capsys):
     (tmp_path / "q.sql").write_text("CREATE STREAM Sales (price DOUBLE) TIMESTAMP ts;\n"
-                                    "SELECT SUM(price) AS s FROM Sales [RANGE 10] WHERE price > 4;\n")
+                                    "SELECT COALESCE(SUM(price), 0) AS s FROM Sales [RANGE 10] WHERE price > 4;\n")
     (tmp_path / "s.csv").write_text("ts,price\n1,6\n2,9\n3,2\n6,5\n8,8\n15,7\n")
     assert main(["query", "--sql-file", str(tmp_path / "q.sql"), "--input", f"Sales={tmp_path / 's.csv'}",
                  "--heartbeat", "Sales=30", "--snapshot"]) == 0
