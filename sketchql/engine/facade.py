@@ -295,11 +295,15 @@ class Engine:
             raise SketchQLSemanticError(
                 f"unknown stream or table {name!r} (streams: {[s.name for s in self._streams.values()]}, "
                 f"tables: {[t.name for t in self.catalog.tables]})")
+        slack = h._knobs.get("slack", 0.0)
         try:
-            b = _validate(h.schema, batch, h.clock, h._knobs["allowed_lateness"])
+            b = _validate(h.schema, batch, -np.inf if slack > 0 or h._slack is not None else h.clock,
+                          h._knobs["allowed_lateness"])
         except SketchQLError:
             h.rejected_batches += 1
             raise
+        if slack > 0 or h._slack is not None:
+            b = self._through_slack(h, b)      # buffered; the tuples the slack releases, in ts order
         h.batches += 1
         h.tuples_in += len(b)
         h._observe(b)
@@ -310,9 +314,13 @@ class Engine:
             _feed_indexes(decl, b, first_row)
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
+        if h._slack is not None:                # nothing older than the watermark reaches the queries
+            h.clock = max(h.clock, h._slack.watermark)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
         self._precision.after_push(h)
+        if self._any_timeout:
+            self._slack_timeouts(exclude=h)
 
     def heartbeat(self, name: str, ts: float) -> None:
         """No tuple of ``name`` older than ``ts`` will come: advance time, report expirations."""
@@ -321,6 +329,10 @@ class Engine:
         if not np.isfinite(ts):
             raise SketchQLError(f"heartbeat of stream {h.name}: time must be finite, got {ts}")
         h.heartbeats += 1
+        if h._slack is not None:               # the stream promises nothing older than ts
+            rel = h._slack.release_until(ts)
+            if rel is not None and len(rel):
+                self._push_released(h, rel)
         advanced = ts > h.clock
         gap = ts - h.clock if advanced else 0.0
         if advanced:
@@ -330,9 +342,69 @@ class Engine:
         self._dispatch(h, None)
         self._after_input()
         self._heartbeat_budget(h, gap)
+        self._slack_timeouts(exclude=h)
         if advanced:
             for decl in self.catalog.summaries_on(h.name):
                 _advance_indexes(decl, ts)
+
+    # -- out-of-order input (sketchql.engine.ordering) -----------------------------------
+    def _through_slack(self, h: StreamHandle, b: Batch) -> Batch:
+        from .ordering import SlackBuffer
+        if h._slack is None:
+            h._slack = SlackBuffer(h._knobs["slack"])
+            h._slack.watermark = h.clock
+        h._slack.slack = float(h._knobs["slack"])
+        released, late = h._slack.offer(b)
+        if late is not None and len(late):
+            h._note_late(late)
+            if h._knobs.get("late_policy") == "error":
+                from ..errors import LateTupleError
+                raise LateTupleError(
+                    f"stream {h.name}: {len(late)} tuple(s) later than the slack of {h._slack.slack:g} s "
+                    f"(oldest ts {float(late.ts.min()):g} <= released watermark {h._slack.watermark:g}); "
+                    f"the other tuples of the batch were accepted")
+        if released is None:
+            return b.take(np.zeros(0, np.int64))
+        return released
+
+    def _push_released(self, h: StreamHandle, b: Batch) -> None:
+        """Tuples a heartbeat or a timeout released: through the normal path (no re-validation)."""
+        h.tuples_in += len(b)
+        h._observe(b)
+        b = self._precision.on_input(h, b)
+        first_row = h.tuples_kept
+        h.tuples_kept += len(b)
+        for decl in self.catalog.summaries_on(h.name):
+            _feed_indexes(decl, b, first_row)
+        if len(b):
+            h.clock = max(h.clock, float(b.ts[-1]))
+        self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
+        self._after_input()
+
+    @property
+    def _any_timeout(self) -> bool:
+        return any(x._knobs.get("slack_timeout") is not None for x in self._streams.values())
+
+    def _slack_timeouts(self, exclude=None) -> None:
+        """Release, on every other stream with a ``slack_timeout``, what is older than the engine's
+        data clock minus the timeout; mark the queries reading it as possibly imprecise."""
+        g = max((x._slack.max_seen if x._slack is not None else x.clock) for x in self._streams.values())
+        if not np.isfinite(g):
+            return
+        for x in self._streams.values():
+            to = x._knobs.get("slack_timeout")
+            if x is exclude or x._slack is None or to is None or not len(x._slack):
+                continue
+            w = g - float(to)
+            if x._slack.oldest() > w:
+                continue
+            rel = x._slack.timeout(w)
+            x.clock = max(x.clock, x._slack.watermark)
+            if rel is not None and len(rel):
+                for q in self._queries.values():
+                    if any(s.schema.name.lower() == x.name.lower() for s in q.bound.streams):
+                        q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
+                self._push_released(x, rel)
 
     # -- scheduling -------------------------------------------------------------
     def _tasks(self) -> list:

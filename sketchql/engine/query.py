@@ -92,6 +92,7 @@ class Query:
         self.active = True
         self.weight = 1.0                # the allocator's weight (0: leftovers only)
         self._runner = None              # PlanRunner when the engine runs a scheduler
+        self._imprecise: list = []       # [{stream, from, reason}]: results possibly imprecise from then on
 
     # -- feeding ------------------------------------------------------------
     def _offer(self, src_index: int, b: Batch, rows=None):
@@ -135,6 +136,16 @@ class Query:
         if out is not None and len(out):
             self._record(out)
         self._trim()
+
+    def _mark_imprecise(self, stream: str, t_from: float, reason: str) -> None:
+        self._imprecise.append({"stream": stream, "from": float(t_from), "reason": reason})
+
+    def possibly_imprecise(self) -> list:
+        """Where the results may be imprecise: ``[{"stream", "from", "reason"}]`` -- e.g. a stream's
+        slack timeout released tuples before the slack allowed, so results with ``at >= from``
+        may miss tuples that were still to come within the slack (counted on the stream as
+        ``slack_late_beyond_slack``)."""
+        return [dict(d) for d in self._imprecise]
 
     # -- result history -------------------------------------------------------
     def _record(self, out: Changes):
@@ -331,7 +342,7 @@ class Query:
                 "live_rows": self._live.live_rows,
                 "checkpoint_rows": self._base.live_rows,
                 "snapshot_from": float(self._base_at) if np.isfinite(self._base_at) else None,
-                "poll_missed": self.missed,
+                "poll_missed": self.missed, "possibly_imprecise": self.possibly_imprecise(),
                 "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b, _ in parts)),
                 "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
                 "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs(),

@@ -27,6 +27,11 @@ class StreamHandle:
         self.rejected_batches = 0
         self.heartbeats = 0
         self._knobs = {"sample_rate": 1.0, "allowed_lateness": 0.0, "shed_rate": 0.0, "shed_key": None}
+        # out-of-order input (sketchql.engine.ordering)
+        self._knobs.update({"slack": 0.0, "slack_timeout": None, "late_policy": "report"})
+        self._slack = None               # SlackBuffer once a slack was set
+        self.late_log_max = 10_000
+        self._late: list = []            # the newest tuples later than the slack (never dropped silently)
         self._rng = np.random.default_rng(seed)
         self._distinct_sample: dict = {}
 
@@ -52,7 +57,33 @@ class StreamHandle:
                          doc="shed whole values of this column (hash), so COUNT(DISTINCT) over it stays "
                              "unbiased; null = drop random tuples",
                          effect={"memory": 0, "cpu": 0, "precision": 0}),
+        # out-of-order input (sketchql.engine.ordering)
+        "slack": Knob("slack", 0.0, "float", lo=0.0,
+                      doc="seconds tuples may arrive out of order: they are buffered and released in "
+                          "timestamp order when the slack or a heartbeat allows",
+                      effect={"memory": 1, "cpu": 0, "precision": 1}),
+        "slack_timeout": Knob("slack_timeout", None, "float", lo=0.0, nullable=True,
+                              doc="release buffered tuples once the engine's data clock is this many seconds "
+                                  "past them, marking the results possibly imprecise; null = never",
+                              effect={"memory": 1, "cpu": 0, "precision": 1}),
+        "late_policy": Knob("late_policy", "report", "choice", choices=("report", "error"),
+                            doc="tuples later than the slack: counted and kept in the late log (report) or "
+                                "the push raises LateTupleError (error); never dropped silently",
+                            effect={}),
     }
+
+    def _note_late(self, late: Batch) -> None:
+        self._late.append(late)
+        while sum(len(b) for b in self._late) > self.late_log_max and len(self._late) > 1:
+            self._late.pop(0)
+
+    def late_tuples(self):
+        """The newest tuples that came later than the slack (a DataFrame with their ts), oldest first."""
+        import pandas as pd
+        if not self._late:
+            return pd.DataFrame(columns=list(self.schema.columns))
+        b = Batch.concat(self._late)
+        return pd.DataFrame(dict(b.columns))
 
     def knobs(self) -> dict:
         return dict(self._knobs)
@@ -92,4 +123,6 @@ class StreamHandle:
         return {"stream": self.name, "clock": self.clock, "tuples_in": self.tuples_in,
                 "tuples_kept": self.tuples_kept, "batches": self.batches,
                 "rejected_batches": self.rejected_batches, "heartbeats": self.heartbeats,
-                "rate_per_s": st.rate, "knobs": self.knobs()}
+                "rate_per_s": st.rate, "knobs": self.knobs(),
+                **({"slack_" + k: v for k, v in self._slack.stats().items() if k != "slack"}
+                   if self._slack is not None else {})}
