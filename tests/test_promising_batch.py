@@ -145,9 +145,11 @@ def test_pairs_repeated_after_a_collapse_are_filtered(stream):
     assert r["duplicates"] == 0 and r["invalid"] == 0 and r["n_produced"] == op.stats()["outputs"]
 
 
-def test_debt_of_an_overrun_is_paid_by_the_next_tick(stream):
-    """A tick whose batch overruns its allowance leaves a negative account; the
-    next tick's allowance pays it before any probing."""
+def test_batches_never_overdraw_and_a_debt_is_paid_first(stream):
+    """In work units a batch takes only the entries whose cost (current cell
+    sizes) fits the account: probing never overdraws it.  A debt (planning
+    beyond its measured mean, or wall-clock time) is paid by the next ticks'
+    allowance before anything but the ingest runs."""
     op = PTJoin(window=10.0, preference="desc")
     half = len(stream) // 2
     # set-up: ingest and queue half the stream without a budget (admission off for this tick)
@@ -157,14 +159,17 @@ def test_debt_of_an_overrun_is_paid_by_the_next_tick(stream):
     del op.admit_ingest, op.admit_plan
     assert len(op.queue) > 0
     op.account = 0.0
-    op.tick(stream.take(np.arange(half, half + 1)), np.array([50.0]))
-    acct = op.account
-    assert acct < 0          # overrun carried as debt (the batch cost more than 50 units)
-    w0 = op.stats()["work"]
-    st0 = op.stats()["probes"]
-    op.tick(stream.take(np.arange(half + 1, half + 2)), np.array([-acct / 2]))   # not enough to pay it
-    assert op.stats()["probes"] == st0 and op.account < 0
-    assert op.stats()["work"] - w0 < 2.0   # only the insert + summary lookups were charged
+    w0, p0 = op.stats()["work"], op.stats()["probes"]
+    op.tick(stream.take(np.arange(half, half + 1)), np.array([500.0]))
+    assert op.stats()["probes"] > p0                          # probed ...
+    assert op.stats()["work"] - w0 <= 500.0 + 1e-9 and op.account >= -1e-9   # ... within the 500 units
+    op.account = -40.0                                        # a debt carried into the next ticks
+    w0, p0 = op.stats()["work"], op.stats()["probes"]
+    op.tick(stream.take(np.arange(half + 1, half + 2)), np.array([20.0]))   # not enough to pay it
+    assert op.stats()["probes"] == p0 and op.account < 0
+    assert op.stats()["work"] - w0 == 1.0                     # only the insert was charged
+    op.tick(stream.take(np.arange(half + 2, half + 3)), np.array([400.0]))   # pays it, then probes
+    assert op.stats()["probes"] > p0
 
 
 def test_wall_clock_batches_give_an_exact_subset(stream):

@@ -47,14 +47,25 @@ wall-clock budget (``set_wall_clock(True)``, done by ``replay`` for
 real time spent (``time.perf_counter``) in ingest + planning and per probe
 batch; the work units are still counted in ``stats()``.
 
+Everything is charged: besides inserts, estimates, probes and compares, a
+``node`` for every entry dropped without a scan (expired probe tuple or
+cell) and for every sweep's zone list (``lookup_work``).  What a tick may
+start -- the share of arrivals ingested, the arrivals planned -- is decided
+by :mod:`.admission` so that a small budget still buys output; a batch that
+spans more than the index keeps beyond the window is processed in time
+chunks (edge pairs would otherwise be expired before they are planned).
+
 Probing is batched (:meth:`PTJoin.drain`): the next k entries are popped in
-priority order, the expired ones dropped vectorized, the prefix whose
-estimated cost reaches the account kept (the rest goes back), every
+priority order, the expired ones dropped vectorized, the entries whose cost
+(the cells' current sizes) fits the account kept (the rest goes back), every
 (value, cell, window) row of the batch scanned in one ``scan_many`` call per
 source and the pairs deduplicated and emitted at once.  The real cost is
-charged after the batch and an overrun is carried as debt into the next
-tick, so the work charged never exceeds the allowances by more than one
-batch.  ``probe_batch=1`` keeps the per-entry loop (reference path).
+charged after the batch; it can exceed the estimate only where a cell
+changed between the estimate and the scan (or, on a wall clock, by timing
+noise), and planning can overrun its measured mean: that overrun is carried
+as debt into the next tick (``stats()["debt_max"]``, see
+:mod:`.admission`).  ``probe_batch=1`` keeps the per-entry loop (reference
+path, which starts an entry whenever the account is positive).
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave, exact_join_pairs
@@ -474,22 +485,22 @@ class PTJoin(PairOutput):
         Each batch pops the next ``k`` entries in priority order
         (:meth:`EntryQueue.pop_many`, the order of ``k`` successive pops),
         drops the expired ones (probe tuple out of the window, or every
-        partner of the cell expired) vectorized, and keeps the shortest prefix
-        whose *estimated* cost reaches the account: an entry's estimate is
-        ``probe + compare * n`` with ``n`` the cell's tuple count when it was
-        queued (a sweep: its remaining cells, counted now); on a wall-clock
-        budget the account (seconds) is first converted to estimated units
-        with the measured seconds per unit of the previous batches.  The rest
-        of the popped entries go back unchanged (:meth:`EntryQueue.unpop_last`).
-        All (entry value, cell, t_lo, t_hi) rows of the batch are then scanned
-        in one ``scan_many`` call per source and the pairs emitted with one
+        partner of the cell expired) vectorized, and keeps, in batch order,
+        the entries whose *estimated* cost fits the account (each alone, and
+        their running total): an entry's estimate is ``probe + compare * n``
+        with ``n`` the cell's tuple count now (a sweep: its remaining cells,
+        counted now), plus a ``node`` for a lookup without a scan; on a
+        wall-clock budget the account (seconds) is first converted to
+        estimated units with the measured seconds per unit of the previous
+        batches.  The other popped entries go back unchanged
+        (:meth:`EntryQueue.unpop`); an entry that costs more than the account
+        waits for a later tick (the account is not reset while entries wait).
+        All (entry value, cell, t_lo, t_hi) rows kept are then scanned in one
+        ``scan_many`` call per source and the pairs emitted with one
         vectorized dedup.  The *real* cost (units: probes + tuples compared;
-        wall clock: seconds) is charged after the batch; an overrun leaves the
-        account negative, a debt the next tick's allowance pays first.  So
-        over any run the work charged is at most the allowances granted plus
-        the overrun of one batch (the last one), and a batch is cut where its
-        estimate first reaches the account, as the per-entry loop stopped
-        after the entry that exhausted it (``probe_batch=1`` keeps that loop).
+        wall clock: seconds) is charged after the batch; the estimate is
+        exact in work units, so a debt only comes from the wall clock's
+        timing or from planning (module doc).
         ``k`` adapts: ~1.5 x the entries the account covers at the recent mean
         estimated cost per entry (at most 4096)."""
         if self.probe_batch == 1:
@@ -517,7 +528,6 @@ class PTJoin(PairOutput):
                 k = self._batch_size(need, mean_cost)
             ids = self.queue.pop_many(k)
             took, est = self._probe_batch(E, ids, horizon, need)
-            self.queue.unpop_last(ids.shape[0] - took)
             if took and est > 0:
                 mean_cost = 0.8 * mean_cost + 0.2 * est / took
             if wall:
@@ -527,13 +537,15 @@ class PTJoin(PairOutput):
                 if est > 0:
                     r = dt / est
                     self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+            if not took:   # nothing of the batch fits the account: wait for more budget
+                break
         self._mean_cost = mean_cost
         if not len(self.queue):
             self._idle()
 
     def _probe_batch(self, E, ids, horizon, need):
-        """Probe the prefix of ``ids`` whose estimated cost reaches ``need``;
-        returns (entries taken, their estimated cost).  Charges the real cost
+        """Probe the entries of ``ids`` whose estimated cost fits ``need``
+        (the others are put back); returns (entries taken, their estimated cost).  Charges the real cost
         in work units (the caller charges wall-clock time)."""
         n = ids.shape[0]
         w = self.window
@@ -590,29 +602,38 @@ class PTJoin(PairOutput):
             if rows:
                 s_row, s_cell = np.concatenate(rows), np.concatenate(cells)
                 np.add.at(est, s_row, np.concatenate(costs))
-        # the longest prefix of the batch whose cost fits the account, at least
-        # one entry (the carried debt: below that one entry's cost)
-        cum = np.cumsum(est)
-        took = max(1, int(np.searchsorted(cum, need, "right"))) if math.isfinite(need) else n
-        took = min(took, n)
+        # the entries that fit the account, in batch order: each one alone fits
+        # and the running total of those taken stays within the account; the
+        # others go back to the queue unchanged (EntryQueue.unpop)
+        if math.isfinite(need):
+            ok = est <= need
+            tk = ok & (np.cumsum(np.where(ok, est, 0.0)) <= need)
+        else:
+            tk = np.ones(n, bool)
+        took = int(tk.sum())
+        if took < n:
+            self.queue.unpop(~tk)
         st = self._stats
         st["batches"] += 1
-        lk = float(look[:took].sum())
+        if not took:
+            return 0, 0.0
+        lk = float(look[tk].sum())
         if lk:
             self._charge(lk, "lookup_work")
-        st["discarded"] += int((~alive[:took]).sum())
-        st["discarded_partners_expired"] += int(gone[:took].sum())
-        st["sweeps"] += int((swp < took).sum())
+        st["discarded"] += int((~alive & tk).sum())
+        st["discarded_partners_expired"] += int((gone & tk).sum())
+        st["sweeps"] += int(tk[swp].sum())
         # scan rows: (batch row, cell), in batch order (sweeps: zone order)
-        r0 = np.flatnonzero(live[:took])
-        s_ok = s_row < took
+        r0 = np.flatnonzero(live & tk)
+        s_ok = tk[s_row]
         srow = np.concatenate([r0, s_row[s_ok]])
         scell = np.concatenate([cell[r0], s_cell[s_ok]])
         if srow.shape[0] > 1:
             o = np.argsort(srow, kind="stable")
             srow, scell = srow[o], scell[o]
+        est_taken = float(est[tk].sum())
         if srow.shape[0] == 0:
-            return took, float(est[:took].sum())
+            return took, est_taken
         # one vectorized scan per source
         parts, work = [], 0.0
         for sd in (0, 1):
@@ -638,7 +659,7 @@ class PTJoin(PairOutput):
                 o = np.argsort(q, kind="stable")
                 q, y_rid, y_ts = q[o], y_rid[o], y_ts[o]
             self._emit_many(ids[srow[q]], y_rid, y_ts, E)
-        return took, float(est[:took].sum())
+        return took, est_taken
 
     def _emit_many(self, e, y_rid, y_ts, E) -> None:
         """Emit the matches ``(entry e[k], stored tuple y_rid[k])``: only pairs

@@ -277,6 +277,29 @@ class EntryQueue:
             for it in items:
                 push(h, it)
 
+    def unpop(self, back) -> None:
+        """Put back the items of the latest :meth:`pop_many` where ``back``
+        (bool per popped item) is True -- same keys, so the queue is as if
+        they never left it.
+
+        >>> q = EntryQueue("desc", fields=("x",))
+        >>> _ = q.push({"x": np.arange(4)}, np.array([1.0, 4.0, 3.0, 2.0]), np.ones(4), np.arange(4))
+        >>> q.pop_many(3).tolist()
+        [1, 2, 3]
+        >>> q.unpop(np.array([True, False, True])); [q.pop() for _ in range(len(q))]
+        [1, 3, 0]
+        """
+        back = np.asarray(back, bool)
+        items = [it for it, b in zip(self._popped, back.tolist()) if b]
+        self._popped = [it for it, b in zip(self._popped, back.tolist()) if not b]
+        h = self.heap
+        if len(items) > len(h):
+            h.extend(items)
+            heapq.heapify(h)
+        else:
+            for it in items:
+                heapq.heappush(h, it)
+
     def __len__(self):
         return len(self.heap)
 
