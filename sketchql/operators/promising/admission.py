@@ -37,16 +37,18 @@ Rules (:class:`~.join.PTJoin`):
   (:meth:`~.join.PTJoin.drain`).
 
 Nothing is started while the account is <= 0 (no planning, no probe), and
-a probe batch is cut where its cost (the cells' current sizes) reaches the
-account -- but one entry is always taken, so the account can end a step
-negative: the **carried debt**, at most the cost of that one entry beyond
-the account (or a planning call beyond ``c_plan`` per arrival).  While in
-debt only the ingest runs, and it takes at most half of each tick's income
-(``f`` above, or all of it only when the income covers two inserts per
-arrival), so the debt shrinks by at least half the income per tick: it
-never grows beyond that one step's overrun.  Over any run: ``work charged <=
-allowance granted + the debt carried at the end`` (``stats()["debt_max"]``
-records the worst).
+a probe batch keeps only the entries whose cost -- the cells' current sizes,
+exact in work units -- fits the account (:meth:`~.join.PTJoin.drain`; a
+costlier entry waits).  Only a planning call is charged after the fact (its
+``node`` count is known once the index has been descended), so the account
+can end a tick negative by that call's excess over ``c_plan`` per arrival --
+the **carried debt** (on a wall-clock budget also the timing noise of one
+batch).  While in debt only the ingest runs, and it takes at most half of
+each tick's income (``f`` above, or all of it only when the income covers
+two inserts per arrival), so the debt shrinks by at least half the income
+per tick and never grows beyond that one step's overrun.  Over any run:
+``work charged <= allowance granted + the debt carried at the end``
+(``stats()["debt_max"]`` records the worst).
 
 Batches spanning more than the index keeps beyond the window are split in
 time (:func:`time_chunks`, :func:`chunk_span`): ingesting a long batch at once
