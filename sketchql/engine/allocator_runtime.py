@@ -19,7 +19,8 @@ promising-tuple joins, the probe budget per tuple.
 * **re-planning**: at once when a query is added / removed / reweighted /
   (de)activated, when a contract or a budget changes and when statistics
   first become available; when a stream's measured rate moves by more than
-  ``rate_factor`` (1.5×) or a query's group statistics move by more than 50 %,
+  ``rate_factor`` (1.5×) or a query's group statistics (number of groups, mean
+  error factor, estimated window rows) move by more than 50 %,
   at most once per ``min_gap`` (half a window) of data time, and applied only
   if it improves the predicted weighted precision by ``hysteresis`` (1 % of
   the total weight) or the current knobs no longer fit the budgets (no
@@ -293,7 +294,7 @@ class EngineAllocator:
         if qp.info is None:
             return None
         N, k = qp.info.op.group_stats()
-        return (len(N), float(np.mean(k)) if len(k) else 0.0)
+        return (len(N), float(np.mean(k)) if len(k) else 0.0, float(np.sum(N)))
 
     # -- triggers --------------------------------------------------------------------------
     def tick(self, now: float):
@@ -322,8 +323,10 @@ class EngineAllocator:
             if qp.info is None or old is None:
                 continue
             new = self._stat_sig(qp)
-            if old[0] and (abs(new[0] - old[0]) > 0.5 * old[0] or abs(new[1] - old[1]) > 0.5 * max(old[1], 1e-9)):
-                self._plan(f"distribution of q{q.id} changed (groups {old[0]} -> {new[0]})", force=False)
+            if old[0] and (abs(new[0] - old[0]) > 0.5 * old[0] or abs(new[1] - old[1]) > 0.5 * max(old[1], 1e-9)
+                           or abs(new[2] - old[2]) > 0.5 * max(old[2], 1e-9)):
+                self._plan(f"distribution of q{q.id} changed (groups {old[0]} -> {new[0]}, window rows "
+                           f"{old[2]:.4g} -> {new[2]:.4g})", force=False)
                 self._stats_at_plan[q.id] = new
                 return
 
