@@ -51,8 +51,10 @@ def test_work_never_exceeds_allowance_plus_carried_debt(runs, stream, units, nam
     debt = max(0.0, -st["account"])
     assert debt <= st["debt_max"] + 1e-9
     assert st["work"] <= st["allowance"] + debt + 1e-6
-    # the carried debt is one step's overrun, small against the run's budget
-    assert st["debt_max"] <= 0.1 * st["allowance"]
+    # the carried debt is one step's overrun: a first entry costing more than the
+    # account, or a planning call beyond its measured mean -- nothing else
+    assert st["debt_max"] <= max(st["max_forced"], st["max_plan_overrun"]) + 1e-9
+    assert st["debt_max"] <= 0.25 * st["allowance"]
 
 
 @pytest.mark.parametrize("name", ["desc", "weighted", "asc"])

@@ -37,18 +37,22 @@ Rules (:class:`~.join.PTJoin`):
   (:meth:`~.join.PTJoin.drain`).
 
 Nothing is started while the account is <= 0 (no planning, no probe), and
-a probe batch keeps only the entries whose cost -- the cells' current sizes,
-exact in work units -- fits the account (:meth:`~.join.PTJoin.drain`; a
-costlier entry waits).  Only a planning call is charged after the fact (its
-``node`` count is known once the index has been descended), so the account
-can end a tick negative by that call's excess over ``c_plan`` per arrival --
-the **carried debt** (on a wall-clock budget also the timing noise of one
-batch).  While in debt only the ingest runs, and it takes at most half of
-each tick's income (``f`` above, or all of it only when the income covers
-two inserts per arrival), so the debt shrinks by at least half the income
-per tick and never grows beyond that one step's overrun.  Over any run:
-``work charged <= allowance granted + the debt carried at the end``
-(``stats()["debt_max"]`` records the worst).
+a probe batch keeps the longest prefix (priority order) whose cost -- the
+cells' current sizes, exact in work units -- fits the account
+(:meth:`~.join.PTJoin.drain`).  Two steps can still end a tick with a
+negative account, the **carried debt**: a first entry that alone costs more
+than the account is started anyway (skipping it would bias the preference:
+weighted's sample, asc's order) -- at most that entry's cost,
+``stats()["max_forced"]`` -- and a planning call is charged after the fact
+(its ``node`` count is known once the index has been descended) -- at most
+its excess over ``c_plan`` per arrival, ``stats()["max_plan_overrun"]``;
+on a wall-clock budget also the timing noise of one batch.  While in debt
+only the ingest runs, and it takes at most half of each tick's income
+(``f`` above, or all of it only when the income covers two inserts per
+arrival), so the debt shrinks by at least half the income per tick and
+never grows beyond one step's overrun.  Over any run: ``work charged <=
+allowance granted + the debt carried at the end``, and ``stats()["debt_max"]
+<= max(max_forced, max_plan_overrun)``.
 
 Batches spanning more than the index keeps beyond the window are split in
 time (:func:`time_chunks`, :func:`chunk_span`): ingesting a long batch at once

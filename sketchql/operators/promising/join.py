@@ -56,15 +56,15 @@ spans more than the index keeps beyond the window is processed in time
 chunks (edge pairs would otherwise be expired before they are planned).
 
 Probing is batched (:meth:`PTJoin.drain`): the next k entries are popped in
-priority order, the expired ones dropped vectorized, the entries whose cost
+priority order, the expired ones dropped vectorized, the prefix whose cost
 (the cells' current sizes) fits the account kept (the rest goes back), every
 (value, cell, window) row of the batch scanned in one ``scan_many`` call per
 source and the pairs deduplicated and emitted at once.  The real cost is
-charged after the batch; it can exceed the estimate only where a cell
-changed between the estimate and the scan (or, on a wall clock, by timing
-noise), and planning can overrun its measured mean: that overrun is carried
-as debt into the next tick (``stats()["debt_max"]``, see
-:mod:`.admission`).  ``probe_batch=1`` keeps the per-entry loop (reference
+charged after the batch; an entry that alone costs more than the account
+is still started (skipping it would bias the preference's order), and
+planning can overrun its measured mean: that overrun is carried as debt
+into the next tick (``stats()["debt_max"]``, bounded by ``max_forced`` and
+``max_plan_overrun``, see :mod:`.admission`).  ``probe_batch=1`` keeps the per-entry loop (reference
 path, which starts an entry whenever the account is positive).
 
 >>> import numpy as np
@@ -180,7 +180,8 @@ class PTJoin(PairOutput):
         self._stats = {"work": 0.0, "insert_work": 0.0, "node_work": 0.0, "probes": 0, "compares": 0,
                        "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
                        "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0,
-                       "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0}
+                       "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0,
+                       "max_forced": 0.0, "max_plan_overrun": 0.0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -384,7 +385,10 @@ class PTJoin(PairOutput):
                         if j >= 0:
                             self._covered[base + j] = cs[a:b_]
         if n_planned:   # measured planning cost per arrival (admission, see admit_plan)
-            self._plan_cost = 0.7 * self._plan_cost + 0.3 * (self._stats["node_work"] - w0) / n_planned
+            spent = self._stats["node_work"] - w0
+            self._stats["max_plan_overrun"] = max(self._stats["max_plan_overrun"],
+                                                  spent - n_planned * self._plan_cost)
+            self._plan_cost = 0.7 * self._plan_cost + 0.3 * spent / n_planned
         self._ticks += 1
         if self._ticks % 256 == 0 and math.isfinite(self.window):
             E = self.queue.arrays()
@@ -485,22 +489,22 @@ class PTJoin(PairOutput):
         Each batch pops the next ``k`` entries in priority order
         (:meth:`EntryQueue.pop_many`, the order of ``k`` successive pops),
         drops the expired ones (probe tuple out of the window, or every
-        partner of the cell expired) vectorized, and keeps, in batch order,
-        the entries whose *estimated* cost fits the account (each alone, and
-        their running total): an entry's estimate is ``probe + compare * n``
-        with ``n`` the cell's tuple count now (a sweep: its remaining cells,
-        counted now), plus a ``node`` for a lookup without a scan; on a
-        wall-clock budget the account (seconds) is first converted to
-        estimated units with the measured seconds per unit of the previous
-        batches.  The other popped entries go back unchanged
-        (:meth:`EntryQueue.unpop`); an entry that costs more than the account
-        waits for a later tick (the account is not reset while entries wait).
-        All (entry value, cell, t_lo, t_hi) rows kept are then scanned in one
+        partner of the cell expired) vectorized, and keeps the longest prefix
+        whose *estimated* cost fits the account (at least one entry): an
+        entry's estimate is ``probe + compare * n`` with ``n`` the cell's
+        tuple count now (a sweep: its remaining cells, counted now), plus a
+        ``node`` for a lookup without a scan; on a wall-clock budget the
+        account (seconds) is first converted to estimated units with the
+        measured seconds per unit of the previous batches.  The rest of the
+        popped entries go back unchanged (:meth:`EntryQueue.unpop`).  All
+        (entry value, cell, t_lo, t_hi) rows kept are then scanned in one
         ``scan_many`` call per source and the pairs emitted with one
         vectorized dedup.  The *real* cost (units: probes + tuples compared;
-        wall clock: seconds) is charged after the batch; the estimate is
-        exact in work units, so a debt only comes from the wall clock's
-        timing or from planning (module doc).
+        wall clock: seconds) is charged after the batch.  The estimate is
+        exact in work units, so the account goes negative only when the
+        first entry alone costs more than it (``stats()["max_forced"]``): a
+        debt of at most that entry's cost, paid by the next ticks before
+        anything but the ingest runs (:mod:`.admission`).
         ``k`` adapts: ~1.5 x the entries the account covers at the recent mean
         estimated cost per entry (at most 4096)."""
         if self.probe_batch == 1:
@@ -537,15 +541,14 @@ class PTJoin(PairOutput):
                 if est > 0:
                     r = dt / est
                     self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
-            if not took:   # nothing of the batch fits the account: wait for more budget
-                break
         self._mean_cost = mean_cost
         if not len(self.queue):
             self._idle()
 
     def _probe_batch(self, E, ids, horizon, need):
-        """Probe the entries of ``ids`` whose estimated cost fits ``need``
-        (the others are put back); returns (entries taken, their estimated cost).  Charges the real cost
+        """Probe the prefix of ``ids`` whose estimated cost fits ``need`` (at
+        least one entry; the rest is put back); returns (entries taken, their
+        estimated cost).  Charges the real cost
         in work units (the caller charges wall-clock time)."""
         n = ids.shape[0]
         w = self.window
@@ -602,21 +605,23 @@ class PTJoin(PairOutput):
             if rows:
                 s_row, s_cell = np.concatenate(rows), np.concatenate(cells)
                 np.add.at(est, s_row, np.concatenate(costs))
-        # the entries that fit the account, in batch order: each one alone fits
-        # and the running total of those taken stays within the account; the
-        # others go back to the queue unchanged (EntryQueue.unpop)
+        # the longest prefix (priority order) whose cost fits the account; the
+        # rest goes back to the queue unchanged.  If the first entry alone
+        # costs more than the account it is still taken (a skip would bias the
+        # preference: weighted's sample, asc's order): the carried debt
         if math.isfinite(need):
-            ok = est <= need
-            tk = ok & (np.cumsum(np.where(ok, est, 0.0)) <= need)
+            took = int(np.searchsorted(np.cumsum(est), need, "right"))
+            if took == 0:
+                took = 1
+                self._stats["max_forced"] = max(self._stats["max_forced"], float(est[0]))
         else:
-            tk = np.ones(n, bool)
-        took = int(tk.sum())
+            took = n
+        tk = np.zeros(n, bool)
+        tk[:took] = True
         if took < n:
             self.queue.unpop(~tk)
         st = self._stats
         st["batches"] += 1
-        if not took:
-            return 0, 0.0
         lk = float(look[tk].sum())
         if lk:
             self._charge(lk, "lookup_work")
