@@ -66,8 +66,26 @@ its overloaded share), and with item popularity drifting every 30 s that
 time profile alone skews the histogram; the steady state isolates the
 sampling itself.
 
+Issue-16 checks (``--only checks``, part of every run):
+
+* full budget: desc, weighted and asc replayed with an unlimited budget, in
+  0.25 s ticks and in 30 s ticks (the ingest is then split in time chunks so
+  the index still holds every arrival's window), recall against the exact
+  join (``full_budget_recall_min``, must be 1);
+* budget accounting at 1, 2, 5 and 50 units per arrival: work charged /
+  allowance granted (``budget_overspend_max``; above 1 only by the debt
+  carried at the end, see ``sketchql.operators.promising.admission``), the
+  output bought, arrivals shed (not ingested) and unplanned;
+* ``desc_output_vs_bound_min``: desc output / the Figure 11 bound, minimum
+  over the one-minute-window rates; ``desc_wallclock_ratio_vs_shj_min``: the
+  wall-clock table's desc/SHJ output ratio, minimum over the rates.
+
+``--quick`` (< 1 minute): one-minute window only, rates 10/20/50/100 ms, the
+wall-clock table at cpu fraction 0.02 and the checks; ``--quick --only ...``
+runs the groups named.
+
 Prints one table per figure, saves PNGs to ``benchmarks/out/`` and ends with
-the key=value summary line.
+the key=value summary line (the keys of the earlier issues on the line before).
 """
 from __future__ import annotations
 
@@ -196,6 +214,39 @@ def run_join_seeds(lam, window, duration, ups, source, seeds, steady=False):
     return out
 
 
+# ---------------------------------------------------------------- issue 16 checks
+def run_full_budget(lam, window, duration, tick, seed=7):
+    """Recall of desc / weighted / asc against the exact join with a budget
+    that covers everything (window edges included): replayed in ticks of
+    ``tick`` seconds -- long ticks exercise the time chunks of the ingest."""
+    arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
+    qs = [PTJoin(window=window, preference=p, fade=FADE, name=p, seed=seed) for p in ("desc", "weighted", "asc")]
+    replay(arr, {"g": PTJoinGroup(qs, cpu="separate")}, WorkBudget.unlimited(), tick_seconds=tick)
+    out = {}
+    for q in qs:
+        r = evaluate_join(arr, window, *q.pairs())
+        if r["invalid"] or r["duplicates"]:
+            raise AssertionError(f"{q.name}: invalid/duplicate join output at full budget: {r}")
+        out[q.name] = r["n_produced"] / max(r["n_exact"], 1)
+    return out
+
+
+def run_budget_accounting(lam, window, duration, units_list, seed=5):
+    """Work charged / allowance granted for desc / weighted / asc at several
+    budgets (units per arrival), with the output % and the worst carried debt."""
+    arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
+    rows = []
+    for units in units_list:
+        qs = [PTJoin(window=window, preference=p, fade=FADE, name=p, seed=seed) for p in ("desc", "weighted", "asc")]
+        replay(arr, {"g": PTJoinGroup(qs, cpu="separate")}, WorkBudget(units_per_arrival=units), tick_seconds=TICK)
+        for q in qs:
+            st = q.stats()
+            r = evaluate_join(arr, window, *q.pairs())
+            rows.append([units, q.name, st["allowance"], st["work"], st["work"] / max(st["allowance"], 1e-9),
+                         st["debt_max"], r["pct_output"], st["shed"], st["unplanned"]])
+    return rows
+
+
 # ---------------------------------------------------------------- selections
 def run_selection(lam, n_queries, duration, ups, seed=3, need=False):
     arr = interleave(generate_stores(1, duration=duration, mean_interarrival=lam, seed=seed))
@@ -284,8 +335,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer rates, shorter streams (< 1 minute)")
     ap.add_argument("--source", default="index", choices=["index", "mini"], help="PT-Join region index")
     ap.add_argument("--ups", type=float, default=BENCH_UNITS_PER_SECOND, help="work units per second")
-    ap.add_argument("--only", default="join,selection,aggregates",
-                    help="comma list of figure groups: join (11-14), selection (15), aggregates (16)")
+    ap.add_argument("--only", default="join,selection,aggregates,checks",
+                    help="comma list of figure groups: join (11-14), selection (15), aggregates (16), checks "
+                         "(full-budget recall, budget accounting); --quick alone runs join,checks")
     ap.add_argument("--steady", action="store_true",
                     help="score the joins on the steady state only (pairs completed after the first window)")
     ap.add_argument("--seeds", type=int, default=1, help="data seeds averaged in the join figures")
@@ -298,8 +350,10 @@ def main(argv=None):
     t_start = time.perf_counter()
     if args.quick:
         rates = [10, 20, 50, 100]
-        join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 70.0, 40.0, [10, 50, 100], 25.0, \
+        join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 64.0, 30.0, [10, 50, 100], 25.0, \
             [20, 100, 200], [10, 100], 62.0
+        if args.only == ap.get_default("only"):   # --quick: the join figures and the issue-16 checks
+            only = {"join", "checks"}
     else:
         rates = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
         join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 180.0, 180.0, rates, 120.0, \
@@ -307,13 +361,15 @@ def main(argv=None):
     print(f"# bench_promising: units/second={ups:g} tick={TICK}s fade={FADE} source={args.source} "
           f"quick={args.quick}")
 
-    J, SQ, A = {}, {}, {}
+    windows = (60.0,) if args.quick else (60.0, math.inf)   # --quick: no whole-stream window
+    J, SQ, A, WALL = {}, {}, {}, {}
     if "join" in only:
-        for window in (60.0, math.inf):
+        for window in windows:
             for ms in rates:
                 J[(window, ms)] = run_join_seeds(ms / 1000.0, window, join_dur if math.isfinite(window) else whole_dur,
                                                  ups, args.source, range(1, args.seeds + 1), args.steady)
-        for window, label in ((60.0, "one-minute window"), (math.inf, "whole-stream window")):
+        for window, label in [x for x in ((60.0, "one-minute window"), (math.inf, "whole-stream window"))
+                              if x[0] in windows]:
             rows = []
             for ms in rates:
                 r = J[(window, ms)]
@@ -327,7 +383,7 @@ def main(argv=None):
                   ["ms", "exact", "shj%", "shj_nobuf%", "shj64%", "pt_desc%", "ratio", "ratio_nobuf", "shj_fresh",
                    "pt_fresh", "pt_lag", "sec"], rows)
         rows = []
-        for window in (60.0, math.inf):
+        for window in windows:
             for ms in rates:
                 bd = J[(window, ms)]["_bound"]
                 rows.append(["60s" if math.isfinite(window) else "whole", ms, bd["budget"], bd["ub_pct"], bd["shj_pct"],
@@ -338,7 +394,7 @@ def main(argv=None):
               ["window", "ms", "units", "bound%", "shj%", "pt_desc%", "shj_eff%", "pt_eff%", "pt_ceil%", "max_ratio"],
               rows)
         rows = []
-        for window in (60.0, math.inf):
+        for window in windows:
             for ms in rates:
                 r = J[(window, ms)]
                 rows.append(["60s" if math.isfinite(window) else "whole", ms, r["shj"]["pct_output"],
@@ -352,7 +408,7 @@ def main(argv=None):
               ["window", "ms", "shj%", "pt_w%", "shj_hmse", "shj_nobuf_hmse", "pt_w_hmse", "pt_desc_hmse", "ratio",
                "shj_ss", "pt_w_ss", "ratio_ss"], rows)
         rows = []
-        for window in (60.0, math.inf):
+        for window in windows:
             for ms in rates:
                 r = J[(window, ms)]
                 rows.append(["60s" if math.isfinite(window) else "whole", ms, r["shj"]["pct_output"],
@@ -361,7 +417,7 @@ def main(argv=None):
                              r["asc"]["outlier_precision_global"]])
         table("Figure 14 -- asc PT-Join: share of outliers in the output (windowed tuple-weighted; global per value)",
               ["window", "ms", "shj%", "pt_asc%", "shj_outl", "asc_outl", "base", "shj_glob", "asc_glob"], rows)
-        for window, tag in ((60.0, "60s"), (math.inf, "whole")):
+        for window, tag in [x for x in ((60.0, "60s"), (math.inf, "whole")) if x[0] in windows]:
             plot(os.path.join(args.out, f"fig11_12_join_{tag}.png"), f"PT-Join desc vs SIMPLE-SHJ ({tag} window)",
                  "avg inter-arrival (ms)",
                  [{"SIMPLE-SHJ": (rates, [J[(window, m)]["shj"]["pct_output"] for m in rates]),
@@ -388,8 +444,8 @@ def main(argv=None):
         fracs = [0.02] if args.quick else [0.005, 0.02, 0.1]
         rows = []
         for f in fracs:
-            for ms in (10, 20):
-                r = run_join_wall(ms / 1000.0, 60.0, join_dur, f)
+            for ms in rates:
+                r = run_join_wall(ms / 1000.0, 60.0, 30.0 if args.quick else join_dur, f)
                 rows.append([ms, f, r["_cpu"], r["pt"]["n_exact"], r["shj"]["pct_output"], r["pt"]["pct_output"],
                              r["pt"]["pct_output"] / max(r["shj"]["pct_output"], 1e-9), r["shj"]["units"],
                              r["pt"]["units"], r["_seconds"]])
@@ -402,6 +458,22 @@ def main(argv=None):
             load = ""
         print("# wall-clock desc/SHJ output ratio: " + " ".join(f"{r[0]:g}ms@cpu{r[1]:g}={r[6]:.3f}" for r in rows)
               + load)
+        WALL = {(r[0], r[1]): r[6] for r in rows}
+
+    FB, BA = {}, []
+    if "checks" in only:
+        # full budget: every preference must return exactly the exact join, window
+        # edges included; 0.25 s ticks and 30 s ticks (time-chunked ingest)
+        fb_dur = 40.0 if args.quick else 120.0
+        for tick in (TICK, 30.0):
+            FB[tick] = run_full_budget(0.05, 20.0, fb_dur, tick)
+        table("Full budget -- recall of the exact join (20 s window, 50 ms, budget unlimited; tick = replay batch "
+              "length in s)", ["tick", "desc", "weighted", "asc"],
+              [[t, v["desc"], v["weighted"], v["asc"]] for t, v in FB.items()])
+        BA = run_budget_accounting(0.02, 20.0, 20.0 if args.quick else 60.0, (1.0, 2.0, 5.0, 50.0))
+        table("Budget accounting -- work charged vs allowance granted (units per arrival; 20 ms, 20 s window); "
+              "debt_max = worst carried debt; shed = arrivals not ingested, unplanned = ingested but not planned",
+              ["units", "pref", "allowance", "charged", "ratio", "debt_max", "out%", "shed", "unplanned"], BA)
 
     if "selection" in only:
         S = {ms: run_selection(ms / 1000.0, 100, sel_dur, ups, need=True) for ms in sel_rates}
@@ -454,12 +526,18 @@ def main(argv=None):
         desc_ratio, worst, worst_ss, asc_prec = nan, (nan, "-"), (nan, "-"), nan
     sel_gain = SQ[(100, 100)]["pt"] / max(SQ[(100, 100)]["simple"], 1e-9) if SQ else nan
     agg_max = max(v["ratio"] for v in A.values()) if A else nan
+    bound_min = min((J[(60.0, m)]["_bound"]["pt_eff"] / 100.0 for m in rates), default=nan) if J else nan
+    wall_min = min(WALL.values()) if WALL else nan
+    fb_min = min((min(v.values()) for v in FB.values()), default=nan)
+    over_max = max((r[4] for r in BA), default=nan)
     print(f"\n# total {time.perf_counter() - t_start:.1f}s; plots in {args.out}")
-    print(f"desc_output_ratio_vs_shj_at_10ms={desc_ratio:.3f} "
+    print(f"# earlier keys: desc_output_ratio_vs_shj_at_10ms={desc_ratio:.3f} "
           f"weighted_histmse_ratio_vs_shj_max={worst[0]:.3f}@{worst[1]}ms "
           f"asc_outlier_precision={asc_prec:.3f} selection_gain_at_100q={sel_gain:.3f} "
           f"agg_mse_ratio_vs_baseline_max={agg_max:.3g} "
           f"weighted_histmse_ratio_vs_shj_max_steady={worst_ss[0]:.3f}@{worst_ss[1]}ms")
+    print(f"desc_output_vs_bound_min={bound_min:.3f} desc_wallclock_ratio_vs_shj_min={wall_min:.3f} "
+          f"full_budget_recall_min={fb_min:.4f} budget_overspend_max={over_max:.4f}")
 
 
 if __name__ == "__main__":
