@@ -235,3 +235,28 @@ def _try(fn, *a, **kw):
 def _try_push(srv, cols):
     _try(srv.client.post, "/streams/S/batches", content=arrow_body(cols),
          headers={"content-type": "application/vnd.apache.arrow.stream"})
+
+
+def test_a_refused_logged_batch_is_skipped_on_replay(tmp_path):
+    from sketchql.service.errors import ApiError
+    from sketchql.service.ingest import ARROW_TYPES, parse_batch
+
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st.execute_ddl(DDL)
+    good = make_batches(2, 50, seed=4)
+    st.push("S", dict(good[1]), 50)
+    with pytest.raises(ApiError, match="older than the stream clock"):
+        st.push("S", dict(good[0]), 50)                       # logged first, refused by the engine: aborted
+    body = arrow_body(good[1])
+    body2 = arrow_body({k: v + (10.0 if k == "ts" else 0) for k, v in good[1].items()})
+    cols, n = parse_batch(body2, ARROW_TYPES[0], st.schema("S"), 1000)
+    st.push("S", cols, n, raw=body2)                           # logged as the raw Arrow body
+    assert [o.kind for o in st.store.ops_after(0)] == ["ddl", "push", "push", "abort", "push"]
+    ref = _index_bytes(st)
+    st.store.close()
+    again = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    info = again.recover()
+    assert not info["errors"] and again.engine.stream("S").tuples_in == 100
+    assert _index_bytes(again) == ref
+    again.store.close()
+    assert body != body2

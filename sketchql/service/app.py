@@ -147,6 +147,42 @@ class BodyLimit:
         return await self.app(scope, limited, send)
 
 
+class AuthAndCount:
+    """ASGI middleware: the token check of every request (:class:`~sketchql.service.auth.Auth`) and the
+    per-(method, status) request counters of ``/metrics`` (pure ASGI: no extra task per request)."""
+
+    def __init__(self, app, state, auth=None):
+        self.app = app
+        self.state = state
+        self.auth = auth
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        st = self.state
+        if self.auth is not None and self.auth.enabled:
+            try:
+                self.auth.check(Request(scope))
+            except ApiError as exc:
+                with st.http_lock:
+                    st.auth_failures[exc.status] += 1
+                    st.http[(scope["method"], exc.status)] += 1
+                headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+                return await JSONResponse(exc.body(), status_code=exc.status, headers=headers)(scope, receive, send)
+        status = [500]
+
+        async def counted(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            with st.http_lock:
+                st.http[(scope["method"], status[0])] += 1
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (413) anything over ``limit`` bytes, declared or streamed."""
     chunks, total = [], 0
@@ -326,22 +362,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         err = ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}")
         return JSONResponse(err.body(), status_code=500)
 
-    @app.middleware("http")
-    async def _auth_and_count(request: Request, call_next):
-        try:
-            if auth is not None:
-                auth.check(request)
-            response = await call_next(request)
-        except ApiError as exc:
-            if exc.status in (401, 403):
-                with state.http_lock:
-                    state.auth_failures[exc.status] += 1
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            response = JSONResponse(exc.body(), status_code=exc.status, headers=headers)
-        with state.http_lock:
-            state.http[(request.method, response.status_code)] += 1
-        return response
-
+    app.add_middleware(AuthAndCount, state=state, auth=auth)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
 
     # -- overview ------------------------------------------------------------------------
@@ -421,7 +442,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         except ApiError as exc:
             state.reject(schema.name, getattr(exc, "rows_seen", 0))
             raise
-        return await run_in_threadpool(state.push, schema.name, cols, n)
+        from .ingest import media_type
+        raw = body if media_type(request.headers.get("content-type")) in ARROW_TYPES else None
+        return await run_in_threadpool(state.push, schema.name, cols, n, True, raw)
 
     @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
     async def heartbeat(name: str, body: M.Heartbeat):
@@ -461,8 +484,11 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         return await run_in_threadpool(state.drop_query, qid)
 
     @app.get("/queries/{qid}/results", tags=["results"], response_model=M.ResultsPage, responses=_ERR)
-    def results(qid: int, since: int = 0, limit: Optional[int] = None):
-        return state.results(qid, since, limit)
+    async def results(qid: int, since: int = 0, limit: Optional[int] = None):
+        # on the event loop: a read takes only its buffer's lock, never the engine's, so it does not wait
+        # for a push (no thread-pool hop either); serialized directly -- the model documents it, but
+        # validating thousands of rows per poll would dominate the latency
+        return JSONResponse(state.results(qid, since, limit))
 
     @app.get("/queries/{qid}/stream", tags=["results"], responses={**_ERR, 200: {
         "content": {"text/event-stream": {}}, "description": "SSE: `rows` events, `id` = the cursor to resume "
@@ -480,9 +506,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         since = 0 if since is None else since
 
         def check():
-            with state.lock:
-                q = state._query(qid)
-                state._check_since(since, state._collect(q))
+            state._check_since(since, state._buffer(qid)[1])
         await run_in_threadpool(check)
         return StreamingResponse(result_events(state, qid, since, limit, request, max_events=max_events),
                                  media_type="text/event-stream",

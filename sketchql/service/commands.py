@@ -90,6 +90,9 @@ def _cmd_serve(args) -> int:
     keep = f"state in {os.path.abspath(data_dir)}" if data_dir else "in memory: nothing survives a restart"
     sec = f"{len(tokens)} token(s)" if tokens else "no authentication"
     print(f"sketchql serve: {where}  ({demo}; {keep}; {sec}); Ctrl-C stops", file=sys.stderr, flush=True)
+    # a push is a long GIL-holding computation; a shorter switch interval (default 5 ms) lets result
+    # reads and SSE on the event loop in sooner while one runs (measured in benchmarks/bench_service.py)
+    sys.setswitchinterval(args.switch_interval)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 
@@ -134,6 +137,8 @@ def register(subparsers) -> None:
                    help="seconds of demo event time fed per second of wall time (default 10)")
     p.add_argument("--demo-tuples", type=int, default=200_000,
                    help="total demo tuples; the feeder stops after them (default 200000)")
+    p.add_argument("--switch-interval", type=float, default=0.001,
+                   help="Python's thread switch interval in seconds while serving (default 0.001; Python's is 0.005)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(func=_cmd_serve)

@@ -7,8 +7,10 @@ Layout of a data directory::
         ops(seq, kind, meta, payload, tuples)
                                       every acknowledged mutation, in the order it was applied:
                                       ddl / register / deregister / push / heartbeat / control /
-                                      summary_load / summary_unload; a push's payload is its
-                                      columns as an Arrow IPC stream
+                                      summary_load / summary_unload / abort; a push's payload is
+                                      an Arrow IPC stream (the request body itself when it came
+                                      as Arrow, else its parsed columns); ``abort`` marks a push
+                                      the engine refused after it was logged
     <data-dir>/checkpoint-<seq>.ckpt  the whole service state after op ``seq``
                                       (header: magic, seq, length, SHA-256; then the snapshot of
                                       :mod:`sketchql.engine.checkpoint`)
@@ -245,6 +247,12 @@ class OpLog:
             for s, k, m, p, t in rows:
                 yield Op(int(s), k, json.loads(m), p, int(t))
             last = rows[-1][0]
+
+    def aborted_after(self, seq: int) -> set:
+        """Sequence numbers of logged pushes the engine refused after logging (``abort`` records)."""
+        with self._db_lock:
+            rows = self.db.execute("SELECT meta FROM ops WHERE kind = 'abort' AND seq > ?", (int(seq),)).fetchall()
+        return {int(json.loads(m)["seq"]) for (m,) in rows}
 
     def count_after(self, seq: int) -> tuple[int, int]:
         with self._db_lock:

@@ -75,8 +75,22 @@ class ResultLog:
         self.first = 0                  # seq of the oldest kept row
         self.plus = 0
         self.minus = 0
+        self._lock = threading.Lock()     # readers (HTTP threads) never wait for the engine lock
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d.pop("_lock", None)
+        return d
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
 
     def append(self, ch) -> None:
+        with self._lock:
+            self._append(ch)
+
+    def _append(self, ch) -> None:
         n = len(ch)
         if not n:
             return
@@ -100,6 +114,11 @@ class ResultLog:
         are newer than everything kept here, so the kept rows go too: the
         sequence numbers stay contiguous and readers are told what they missed)."""
         if n > 0:
+            with self._lock:
+                self._skip(n)
+
+    def _skip(self, n: int) -> None:
+        if n > 0:
             self._chunks.clear()
             self.total += int(n)
             self.first = self.total
@@ -109,15 +128,19 @@ class ResultLog:
         return self.total - self.first
 
     def read(self, since: int, limit: int) -> dict:
-        since = max(int(since), 0)
-        start = max(since, self.first)
-        missed = start - since if since < self.first else 0
-        end = min(start + int(limit), self.total)
+        with self._lock:
+            since = max(int(since), 0)
+            start = max(since, self.first)
+            end = min(start + int(limit), self.total)
+            parts = [(first, ch) for first, ch in self._chunks if max(start, first) < min(end, first + len(ch))]
+            first_kept, total = self.first, self.total
+        return self._render(since, start, end, parts, first_kept, total)
+
+    def _render(self, since, start, end, parts, first_kept, total) -> dict:
+        missed = start - since if since < first_kept else 0
         rows = []
-        for first, ch in self._chunks:
+        for first, ch in parts:
             lo, hi = max(start, first), min(end, first + len(ch))
-            if lo >= hi:
-                continue
             part = ch.take(slice(lo - first, hi - first))
             cols = [json_values(part.columns[c]) for c in self.names]
             signs = part.sign.tolist()
@@ -127,7 +150,7 @@ class ResultLog:
                              "row": {c: cols[j][i] for j, c in enumerate(self.names)}})
         nxt = max(end, start)
         return {"since": since, "next": nxt, "rows": rows, "missed": missed,
-                "available": max(self.total - nxt, 0), "first_available": self.first, "total": self.total}
+                "available": max(total - nxt, 0), "first_available": first_kept, "total": total}
 
 
 class Notifier:

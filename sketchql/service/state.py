@@ -245,9 +245,14 @@ class ServiceState:
                            f"(raise --max-time-jump if such jumps are real)", stream=schema.name, row=r,
                            column_name=schema.timestamp, limit="max_time_jump")
 
-    def push(self, name: str, columns: dict, n: int, wait: bool = True) -> dict:
+    def push(self, name: str, columns: dict, n: int, wait: bool = True, raw: bytes | None = None) -> dict:
         """Push one parsed batch; a refused batch changes nothing (and is counted). Returns the receipt
-        once the batch is durable (``wait=False``: at once, for callers already holding the lock)."""
+        once the batch is durable (``wait=False``: at once, for callers already holding the lock).
+
+        The log record is enqueued *before* the engine applies the batch, so the fsync of the group
+        commit overlaps the engine's work; a batch the engine then refuses gets an ``abort`` record
+        and is skipped on replay.  ``raw``: the request's Arrow IPC body, logged as it came (replay
+        parses it with the same :func:`~sketchql.service.ingest.parse_batch`)."""
         from .durability import encode_columns
 
         with self.lock:
@@ -256,16 +261,25 @@ class ServiceState:
                 tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
                 if tcol is not None:
                     try:
-                        self._check_jump(schema, np.asarray(columns[tcol], dtype=np.float64), n)
+                        ts = np.asarray(columns[tcol], dtype=np.float64)
                     except (TypeError, ValueError):
-                        pass                    # not numeric: the engine reports it below
+                        ts = None               # not numeric: the engine reports it below
+                    if ts is not None:
+                        self._check_jump(schema, ts, n)
+            seq = None
+            if self.store is not None and not self.replaying:
+                if raw is not None:
+                    seq = self.store.append("push", {"stream": schema.name, "format": "arrow"}, raw, n)
+                else:
+                    seq = self.store.append("push", {"stream": schema.name, "format": "columns"},
+                                            encode_columns(columns), n)
             try:
                 self.engine.push(schema.name, columns)
             except SketchQLError as exc:
+                if seq is not None:
+                    self.store.append("abort", {"seq": seq})
                 self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
                 raise from_exception(exc, stream=schema.name) from None
-            seq = self._log("push", {"stream": schema.name}, encode_columns(columns), n) \
-                if self.store is not None and not self.replaying else None
             self._collect_all()
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
         if wait:
@@ -580,24 +594,30 @@ class ServiceState:
                            parameter="since", total=log_.total)
         return int(since)
 
+    def _buffer(self, qid: int):
+        """(query, its result buffer) without taking the engine lock (reads never wait for a push)."""
+        q = next((x for x in self.engine.queries if x.id == qid), None)
+        log_ = self.logs.get(qid)
+        if q is None or log_ is None:
+            raise not_found("query", qid, [x.id for x in self.engine.queries])
+        return q, log_
+
     def results(self, qid: int, since: int, limit) -> dict:
+        """Rows ``since <= seq < since + limit`` of the query's buffer (filled after every operation)."""
         limit = self.check_limit(limit)
-        with self.lock:
-            q = self._query(qid)
-            log_ = self._collect(q)
-            since = self._check_since(since, log_)
-            out = log_.read(since, limit)
-            return dict({"query": qid, "view": q.view, "columns": list(q.names), "clock": json_number(q.clock),
-                         "buffer_rows": log_.max_rows}, **out)
+        q, log_ = self._buffer(qid)
+        since = self._check_since(since, log_)
+        out = log_.read(since, limit)
+        return dict({"query": qid, "view": q.view, "columns": list(q.names), "clock": json_number(q.clock),
+                     "buffer_rows": log_.max_rows}, **out)
 
     def read_for_stream(self, qid: int, since: int, limit: int):
         """(page dict or None if the query is gone) for the SSE endpoint."""
-        with self.lock:
-            q = next((x for x in self.engine.queries if x.id == qid), None)
-            if q is None:
-                return None
-            log_ = self.logs.get(q.id) or self._collect(q)
-            return log_.read(since, limit)
+        try:
+            _, log_ = self._buffer(qid)
+        except ApiError:
+            return None
+        return log_.read(since, limit)
 
     def snapshot(self, qid: int, at, limit) -> dict:
         limit = self.check_limit(limit)
@@ -718,8 +738,13 @@ class ServiceState:
 
         if self.store is None:
             return {}
+        from ..planner.parser import parse
+
+        tw = time.perf_counter()
+        parse("SELECT 1 FROM warmup")          # builds the SQL parser once (a fixed start-up cost, not replay)
         t0 = time.perf_counter()
-        info = {"checkpoint_seq": 0, "replayed_ops": 0, "replayed_tuples": 0, "errors": []}
+        info = {"checkpoint_seq": 0, "replayed_ops": 0, "replayed_tuples": 0, "errors": [],
+                "parser_warmup_s": t0 - tw}
         with self.lock:
             ck = self.store.read_checkpoint()
             if ck is not None:
@@ -733,8 +758,11 @@ class ServiceState:
                 reserve_query_ids(self.engine, snap.get("next_query_id", 1))
                 info["checkpoint_seq"] = ck[0]
             self.replaying = True
+            aborted = self.store.aborted_after(info["checkpoint_seq"])
             try:
                 for op in self.store.ops_after(info["checkpoint_seq"]):
+                    if op.kind == "abort" or op.seq in aborted:
+                        continue
                     try:
                         self.apply_op(op)
                     except Exception as exc:        # keep going: report what could not be replayed
@@ -745,7 +773,7 @@ class ServiceState:
             finally:
                 self.replaying = False
             reserve_query_ids(self.engine, int(self.store.get_meta("max_query_id", 0) or 0) + 1)
-        info["seconds"] = time.perf_counter() - t0
+        info["seconds"] = time.perf_counter() - t0        # checkpoint load + replay of the log's tail
         self.recovery = info
         return info
 
@@ -757,7 +785,12 @@ class ServiceState:
 
         m = op.meta
         if op.kind == "push":
-            self.engine.push(m["stream"], decode_columns(op.payload))
+            if m.get("format") == "arrow":
+                from .ingest import ARROW_TYPES, parse_batch
+                cols, _ = parse_batch(op.payload, ARROW_TYPES[0], self._schema(m["stream"]), 1 << 62)
+            else:
+                cols = decode_columns(op.payload)
+            self.engine.push(m["stream"], cols)
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
