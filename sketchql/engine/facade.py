@@ -45,7 +45,11 @@ class Engine:
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
         #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
-        self.runtime = {"share_indexes": True, "scheduler": "inline", "quantum": 1024.0, "work_per_push": None}
+        self.runtime = {"share_indexes": True, "share_plans": True, "scheduler": "inline", "quantum": 1024.0,
+                        "work_per_push": None}
+        from .sharing import Sharing
+        #: shared window stores and operators across queries (sketchql.engine.sharing)
+        self.sharing = Sharing(self)
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
         self.scheduler = None
         self.controls = ControlTables(self)
@@ -72,7 +76,7 @@ class Engine:
         if isinstance(s, A.Drop):
             return self._drop(s)
         if isinstance(s, A.Explain):
-            return explain_plan(self._plan_physical(s.query, explain=True))
+            return self._explain_text(self._plan_physical(s.query, explain=True))
         if isinstance(s, A.Query):
             return self._register(s, sql)
         raise SketchQLSemanticError(f"unsupported statement {type(s).__name__}")  # pragma: no cover
@@ -137,7 +141,7 @@ class Engine:
                 if s.if_exists:
                     return None
                 raise SketchQLSemanticError(f"unknown query {s.name!r}", *s.pos)
-            self._queries.pop(qid)
+            self.sharing.detach(self._queries.pop(qid))
             return None
         if s.kind in ("stream", "table"):
             users = [q.id for q in self._queries.values()
@@ -180,7 +184,23 @@ class Engine:
         if len(s) != 1 or not isinstance(s[0], (A.Query, A.Explain)):
             raise SketchQLSemanticError("explain() takes one SELECT query")
         q = s[0].query if isinstance(s[0], A.Explain) else s[0]
-        return explain_plan(self._plan_physical(q, explain=True))
+        return self._explain_text(self._plan_physical(q, explain=True))
+
+    def _explain_text(self, plan) -> str:
+        """The planner's EXPLAIN plus what the runtime shares with the registered queries."""
+        txt = explain_plan(plan)
+        notes = self.sharing.preview(plan) if self.runtime["share_plans"] else []
+        for n in plan.nodes:
+            if n.kind == "pt_join" and str(n.params.get("index", "")).startswith("shared"):
+                users = [q.id for q in self._queries.values() for m in q.plan.nodes
+                         if m.kind == "pt_join" and m.params.get("index") == n.params["index"]]
+                notes.append(f"pt_join: region index {n.params['index'][7:]} (declared) shared"
+                             + (f" with queries {users}" if users else " with the estimate endpoint"))
+        if self.scheduler is not None:
+            notes.append(f"scheduler: {self.scheduler.strategy} (quantum {self.scheduler.quantum:g} tuples)")
+        if notes:
+            txt += "\nShared with other queries:\n" + "\n".join("  " + x for x in notes)
+        return txt
 
     def register(self, sql: str) -> Query:
         """Register a continuous query once; it is fed by every later ``push``."""
@@ -195,6 +215,8 @@ class Engine:
         qid = next(self._ids)
         self._precision.rewrite(plan, qid)     # approximate plan when the contract allows error
         query = Query(qid, sql, plan, self.seed)
+        if self.runtime["share_plans"]:
+            self.sharing.attach(query)
         self._queries[qid] = query
         if self.scheduler is not None:
             from .runner import PlanRunner
@@ -263,7 +285,8 @@ class Engine:
         return decl.index[decl.attrs[0]]
 
     def deregister(self, query: Query):
-        self._queries.pop(query.id, None)
+        if self._queries.pop(query.id, None) is not None:
+            self.sharing.detach(query)
 
     @property
     def queries(self) -> list:
@@ -316,6 +339,7 @@ class Engine:
             h.clock = max(h.clock, float(b.ts[-1]))
         if h._slack is not None:                # nothing older than the watermark reaches the queries
             h.clock = max(h.clock, h._slack.watermark)
+        self.sharing.feed(h.name, b)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
         self._precision.after_push(h)
@@ -378,6 +402,7 @@ class Engine:
             _feed_indexes(decl, b, first_row)
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
+        self.sharing.feed(h.name, b)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
 
@@ -511,6 +536,10 @@ class Engine:
                               doc="scheduler work units run after each push or heartbeat; null = until "
                                   "every queue is empty (engine.run / engine.idle give more)",
                               effect={"memory": -1, "cpu": 1, "precision": 0}),
+        "share_plans": Knob("share_plans", True, "bool",
+                            doc="identical subexpressions of queries registered later run once: shared window "
+                                "stores (any window sizes) and shared operators with per-consumer read positions",
+                            effect={"memory": -1, "cpu": -1, "precision": 0}),
         "share_indexes": Knob("share_indexes", True, "bool",
                               doc="PT queries probe the stream attribute's declared (or engine-declared) index "
                                   "instead of building private ones; applies to queries registered later",

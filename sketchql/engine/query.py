@@ -93,11 +93,15 @@ class Query:
         self.weight = 1.0                # the allocator's weight (0: leftovers only)
         self._runner = None              # PlanRunner when the engine runs a scheduler
         self._imprecise: list = []       # [{stream, from, reason}]: results possibly imprecise from then on
+        self._shared_sources: set = set()    # sources read from a shared window store (engine.sharing)
+        self._sharing_notes: list = []       # what EXPLAIN says is shared
 
     # -- feeding ------------------------------------------------------------
     def _offer(self, src_index: int, b: Batch, rows=None):
         """Buffer a batch of source ``src_index``; ``rows`` = the stream row ids of its tuples
         (the ids under which the shared index holds them; default: none known)."""
+        if src_index in self._shared_sources:   # a shared window store holds them (engine.sharing)
+            return
         if len(b):
             if rows is None:
                 rows = np.full(len(b), -1, np.int64)
@@ -120,6 +124,9 @@ class Query:
             self._pending[i] = [(rest, rows[k:])] if len(rest) else []
             inputs[i] = self._prepare(i, take, rows[:k]) if len(take) else None
             has_input = has_input or len(take) > 0
+        if not has_input and self._shared_sources:
+            has_input = any(n.op.has_pending(now) for i, n in self._scan.items()
+                            if i in self._shared_sources and hasattr(n.op, "has_pending"))
         if now == self.clock and not has_input:
             return
         self.clock = now
@@ -343,7 +350,9 @@ class Query:
                 "checkpoint_rows": self._base.live_rows,
                 "snapshot_from": float(self._base_at) if np.isfinite(self._base_at) else None,
                 "poll_missed": self.missed, "possibly_imprecise": self.possibly_imprecise(),
-                "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b, _ in parts)),
+                "pending_tuples": int(sum(len(b) for parts in self._pending.values() for b, _ in parts))
+                + int(sum(n.op.pending() for i, n in self._scan.items()
+                          if i in self._shared_sources and hasattr(n.op, "pending"))),
                 "state_rows": int(sum((n.op.state_size() if n.op is not None else 0) for n in self.plan.nodes)),
                 "operators": [n.stats() for n in self.plan.nodes], "knobs": self.knobs(),
                 **({"promising": pt[0].op.stats()} if (pt := [n for n in self.plan.nodes
@@ -444,7 +453,10 @@ class Query:
         self.set_knob(name, value)
 
     def explain(self) -> str:
-        return explain_plan(self.plan)
+        txt = explain_plan(self.plan)
+        if self._sharing_notes:
+            txt += "\nShared with other queries:\n" + "\n".join("  " + n for n in self._sharing_notes)
+        return txt
 
     # -- precision (sketchql.engine.precision) ----------------------------------
     _precision = None

@@ -1,0 +1,124 @@
+"""Shared subplans, window stores and queues.
+
+Oracle: the same query set with sharing off (engine knob ``share_plans``), every
+result compared; plus the read-position / freeing behaviour of the shared queue.
+"""
+import numpy as np
+import pandas as pd
+import pytest
+
+from sketchql.engine import Engine
+from sketchql.engine.sharing import SharedOperator
+
+QUERIES = [
+    "SELECT v FROM S [RANGE 5] WHERE v > 0.5",
+    "SELECT v, k FROM S [RANGE 12] WHERE v > 0.5",
+    "SELECT k FROM S [UNBOUNDED] WHERE v > 0.5",
+    "SELECT v FROM S [RANGE 2]",
+    "SELECT k, SUM(v) AS s, COUNT(*) AS n FROM S [RANGE 10] GROUP BY k",
+    "SELECT k, SUM(v) AS total FROM S [RANGE 10] GROUP BY k",
+    "SELECT MAX(v) AS m FROM S [RANGE 10] WHERE v > 0.5",
+    "SELECT S.k, S.v, T.w FROM S [RANGE 4], T [RANGE 4] WHERE S.k = T.k",
+    "SELECT S.k, T.w FROM S [RANGE 4], T [RANGE 4] WHERE S.k = T.k",
+    "SELECT S.k, T.w FROM S [RANGE 8], T [RANGE 4] WHERE S.k = T.k",
+    "SELECT ISTREAM k, COUNT(*) AS c FROM T [RANGE 6] GROUP BY k",
+    "SELECT k, COUNT(*) AS c FROM T [RANGE 6] GROUP BY k",
+]
+
+
+def _run(share, scheduler="inline", late_query=False):
+    eng = Engine(seed=4)
+    eng.set_control("share_plans", share)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts; CREATE STREAM T (k INT, w DOUBLE) TIMESTAMP ts")
+    if scheduler != "inline":
+        eng.set_control("scheduler", scheduler)
+        eng.set_control("quantum", 20)
+    qs = [eng.register(q) for q in QUERIES]
+    for q in qs:
+        q.set_knob("retain_changes", None)
+    rng = np.random.default_rng(7)
+    peak = 0
+    for t0 in range(0, 40, 2):
+        for name, col in (("S", "v"), ("T", "w")):
+            ts = np.sort(rng.uniform(t0, t0 + 2, 30))
+            eng.push(name, {"ts": ts, "k": rng.integers(0, 5, 30), col: np.round(rng.random(30), 3)})
+        if late_query and t0 == 20:
+            qs.append(eng.register(QUERIES[0]))
+            qs[-1].set_knob("retain_changes", None)
+        peak = max(peak, _state_bytes(eng))
+    eng.heartbeat("S", 60.0)
+    eng.heartbeat("T", 60.0)
+    eng.run()
+    return eng, qs, peak
+
+
+def _state_bytes(eng):
+    """Rows held by window stores and operator synopses (each shared object once)."""
+    seen, tot = set(), 0
+    for q in eng.queries:
+        for n in q.plan.nodes:
+            op = n.op
+            real = getattr(getattr(op, "shared", None), "op", None) or op
+            if id(real) in seen:
+                continue
+            seen.add(id(real))
+            tot += int(real.state_size()) if hasattr(real, "state_size") else 0
+    return tot + eng.sharing.stats()["store_rows"]
+
+
+def _norm(df):
+    return df.sort_values(list(df.columns)).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("scheduler", ["inline", "chain"])
+def test_shared_and_unshared_give_identical_results(scheduler):
+    _, q0, peak0 = _run(False)
+    eng, q1, peak1 = _run(True, scheduler)
+    for a, b in zip(q0, q1):
+        pd.testing.assert_frame_equal(_norm(a.results()), _norm(b.results()))
+        for t in (5.0, 17.3, 33.0, 41.0):
+            pd.testing.assert_frame_equal(_norm(a.snapshot(t)), _norm(b.snapshot(t)))
+    st = eng.sharing.stats()
+    # stores: S WHERE v > 0.5 (4 windows: 5, 12, unbounded, 10), S (6 scans), T (5 scans)
+    assert st["stores"] == 3 and st["store_consumers"] == 15
+    assert st["shared_operators"] >= 3
+    assert peak1 < 0.5 * peak0
+
+
+def test_a_query_registered_later_shares_the_store_from_its_start():
+    _, q0, _ = _run(False, late_query=True)
+    _, q1, _ = _run(True, late_query=True)
+    pd.testing.assert_frame_equal(_norm(q0[-1].results()), _norm(q1[-1].results()))
+    assert len(q1[-1].results()) < len(q1[0].results())           # no past data replayed
+
+
+def test_shared_queue_frees_a_step_once_every_consumer_read_it():
+    class Op:
+        calls = 0
+
+        def step(self, now, *inputs):
+            Op.calls += 1
+            return [now]
+    sh = SharedOperator(Op())
+    a, b = sh.consumer(), sh.consumer()
+    assert a.step(1.0) == [1.0] and a.step(2.0) == [2.0]
+    assert len(sh.queue) == 2 and Op.calls == 2           # b has read nothing yet
+    assert b.step(1.0) == [1.0] and len(sh.queue) == 1    # step 1 read by both: freed
+    assert b.step(2.0) == [2.0] and len(sh.queue) == 0 and Op.calls == 2
+    with pytest.raises(Exception, match="advance together"):
+        a.step(3.0); b.step(4.0)
+
+
+def test_explain_and_dropping_a_query():
+    eng = Engine()
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
+    q1 = eng.register("SELECT k, SUM(v) AS s FROM S [RANGE 10] GROUP BY k")
+    txt = eng.explain("SELECT k, SUM(v) AS s FROM S [RANGE 10] GROUP BY k")
+    assert "Shared with other queries" in txt and "aggregate: shared with queries [1]" in txt
+    q2 = eng.register("SELECT k, SUM(v) AS s FROM S [RANGE 30] GROUP BY k")
+    assert "window store of S shared with queries [1]" in q2.explain()
+    eng.push("S", {"ts": [1.0, 2.0], "k": [1, 1], "v": [1.0, 2.0]})
+    eng.deregister(q1)
+    eng.push("S", {"ts": [20.0], "k": [1], "v": [5.0]})
+    assert q2.snapshot()["s"].tolist() == [8.0]
+    assert eng.sharing.stats()["store_consumers"] == 1
