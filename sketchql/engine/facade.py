@@ -215,6 +215,7 @@ class Engine:
         qid = next(self._ids)
         self._precision.rewrite(plan, qid)     # approximate plan when the contract allows error
         query = Query(qid, sql, plan, self.seed)
+        query._engine = self
         if self.runtime["share_plans"]:
             self.sharing.attach(query)
         self._queries[qid] = query
@@ -570,6 +571,11 @@ class Engine:
             self.budgets[name] = value
 
     # -- introspection -----------------------------------------------------------
+    def plan_view(self) -> dict:
+        """Every registered plan as a graph (JSON-able; :mod:`sketchql.engine.plan_view`)."""
+        from .plan_view import engine_plan_view
+        return engine_plan_view(self)
+
     def stats(self) -> dict:
         return {"streams": {h.name: h.stats() for h in self._streams.values()},
                 "tables": {t.name: len(self._tables[t.name.lower()]) for t in self.catalog.tables},

@@ -452,6 +452,12 @@ class Query:
     def set_control(self, name: str, value):
         self.set_knob(name, value)
 
+    def plan_view(self) -> dict:
+        """This plan as a graph of operators, queues and synopses with live values (JSON-able;
+        :mod:`sketchql.engine.plan_view`)."""
+        from .plan_view import query_plan_view
+        return query_plan_view(self, getattr(self, "_engine", None))
+
     def explain(self) -> str:
         txt = explain_plan(self.plan)
         if self._sharing_notes:
