@@ -40,6 +40,8 @@ from ..operators.changes import Batch, Changes
 from ..operators.exact import AggSpec, Aggregate
 from ..operators.exact.base import Operator, STR
 from . import estimators as E
+from ..summaries.hashing import hash64
+from .distinct_hashes import HashedDistinct
 from .sampling import W_COLUMN
 
 __all__ = ["ApproxAggregate", "APPROXIMABLE"]
@@ -65,15 +67,18 @@ def _tags(func: str, has_col: bool) -> list:
 class ApproxAggregate(Operator):
     """Scaled aggregates with intervals (module doc).
 
-    ``distinct_rate``: callable -> the universe-sampling rate (× the stream's keep
-    probability) that COUNT(DISTINCT) divides by; ``conf``: confidence of the
-    ``_lo`` / ``_hi`` columns (settable attribute).
+    ``distinct_rate``: callable(now) -> the universe-sampling threshold τ (the lowest
+    rate used over the window): COUNT(DISTINCT) counts the kept values whose hash is
+    below τ (:class:`HashedDistinct`, hashed with ``hash_seed``) and divides by
+    τ · ``distinct_keep()`` (the stream's keep probability, independent of this hash); ``conf``: confidence of the ``_lo`` / ``_hi``
+    columns (settable attribute).
     """
 
     update_pattern = STR
 
     def __init__(self, group_by: Sequence[str], aggs: Sequence[AggSpec], conf: float = 0.95,
-                 distinct_rate: Optional[Callable[[], float]] = None):
+                 distinct_rate: Optional[Callable[[float], float]] = None, hash_seed: int = 0,
+                 distinct_keep: Optional[Callable[[], float]] = None):
         super().__init__()
         self.group_by = [group_by] if isinstance(group_by, str) else list(group_by)
         self.aggs = list(aggs)
@@ -81,7 +86,11 @@ class ApproxAggregate(Operator):
             if a.func not in APPROXIMABLE:
                 raise ValueError(f"{a.func.upper()} has no sampled estimator")
         self.conf = float(conf)
-        self.distinct_rate = distinct_rate or (lambda: 1.0)
+        self.distinct_rate = distinct_rate or (lambda now: 1.0)
+        self.hash_seed = int(hash_seed)
+        self.distinct_keep = distinct_keep or (lambda: 1.0)
+        self._hd = {k: HashedDistinct() for k, a in enumerate(self.aggs) if a.func == "count_distinct"}
+        self._now = -np.inf
         specs = []
         self._cols = {}          # derived input column -> (agg index, tag)
         for k, a in enumerate(self.aggs):
@@ -99,6 +108,7 @@ class ApproxAggregate(Operator):
         self._qk = {k: next(i for i, s in enumerate(specs) if s.name == f"__i{k}_q")
                     for k, a in enumerate(self.aggs) if a.func in ("median", "quantile")}
         self._qbounds: dict = {k: {} for k in self._qk}     # rid -> (lo, hi)
+        self._emitted: dict = {}                            # rid -> values of a live +1 row
         self.names = self.group_by + [x for a in self.aggs for x in (a.out_name, a.out_name + "_lo",
                                                                      a.out_name + "_hi")]
 
@@ -131,9 +141,9 @@ class ApproxAggregate(Operator):
         kk = np.zeros(len(live))
         for k, a in enumerate(self.aggs):
             if a.func == "count_distinct":
-                d = inn._hval[idx[f"__i{k}_d"]][live].astype(np.float64)
-                p = max(float(self.distinct_rate()), 1e-9)
-                N = d / p
+                p = max(float(self.distinct_rate(self._now)), 1e-12)
+                d = self._distinct_counts(k, self._gcodes_of(live), p).astype(np.float64)
+                N = d / (p * max(float(self.distinct_keep()), 1e-12))
                 kk = np.maximum(kk, 1.0)
                 continue
             s0 = s(k, "s0")
@@ -151,6 +161,26 @@ class ApproxAggregate(Operator):
         if N is None:
             N = inn._cnt[live].astype(np.float64)
         return np.asarray(N, np.float64), kk
+
+    # -- COUNT(DISTINCT) under universe sampling ----------------------------------
+    def _gcodes(self, rows: Batch) -> np.ndarray:
+        """int64 identity of each row's group (hash of the group columns; 0 without GROUP BY)."""
+        if not self.group_by:
+            return np.zeros(len(rows), np.int64)
+        import pandas as pd
+        from ..operators.changes import mix_rids
+        hs = [pd.util.hash_array(np.asarray(rows.columns[c], dtype=object) if rows.columns[c].dtype.kind not in "iufb"
+                                 else rows.columns[c]).view(np.int64) for c in self.group_by]
+        return mix_rids(*hs)
+
+    def _gcodes_of(self, live: np.ndarray) -> np.ndarray:
+        inn = self.inner
+        if not self.group_by:
+            return np.zeros(len(live), np.int64)
+        return self._gcodes(Batch({c: inn._gkeys[c][live] for c in self.group_by}, ts=np.zeros(len(live))))
+
+    def _distinct_counts(self, k: int, gcodes: np.ndarray, p: float) -> np.ndarray:
+        return self._hd[k].count_below(gcodes, min(p, 1.0) * 2.0 ** 64)
 
     # -- derived columns --------------------------------------------------
     def _derive(self, rows: Batch) -> Batch:
@@ -181,9 +211,16 @@ class ApproxAggregate(Operator):
     # -- the step -----------------------------------------------------------
     def _step(self, now, inputs):
         ch = inputs[0]
+        self._now = float(now)
         if ch is not None and len(ch):
             ch = ch.with_rows(self._derive(ch.rows))
             self._work += len(ch)
+            for k, hd in self._hd.items():
+                x = ch.columns[self.aggs[k].column]
+                ok = ~_isnull(x)
+                if ok.any():
+                    hd.update(self._gcodes(ch.rows.take(ok)), hash64(np.asarray(x)[ok], self.hash_seed),
+                              ch.sign[ok].astype(np.int64))
         out = self.inner.step(now, ch)
         if not len(out):
             return Changes.empty(self.names)
@@ -206,8 +243,9 @@ class ApproxAggregate(Operator):
             elif a.func == "avg":
                 est, lo, hi = E.avg_interval(col("n"), col("s0"), col("s1"), col("v0"), col("v1"), col("v2"), conf)
             elif a.func == "count_distinct":
-                p = float(self.distinct_rate())
-                est, lo, hi = E.distinct_interval(col("d"), p, conf)
+                p = float(self.distinct_rate(self._now))
+                d = self._distinct_counts(k, self._gcodes(out.rows), p).astype(np.float64)
+                est, lo, hi = E.distinct_interval(d, p * float(self.distinct_keep()), conf)
             else:
                 est = col("q")
                 lo, hi = self._quantile_bounds(k, out, est, col("n"), col("s0"))
@@ -215,7 +253,27 @@ class ApproxAggregate(Operator):
             res[nm] = est
             res[nm + "_lo"] = lo
             res[nm + "_hi"] = hi
+        self._repeat_retractions(out, res)
         return Batch(res, ts=out.ts)
+
+    def _repeat_retractions(self, out: Changes, res: dict):
+        """A −1 row repeats the values its +1 row was emitted with (the scale of COUNT(DISTINCT)
+        and the quantile bounds depend on state that may have changed since)."""
+        cols = [c for c in res if c not in self.group_by]
+        if not len(out):
+            return
+        sign = out.sign
+        rids = out.rid.tolist()
+        mat = np.column_stack([np.asarray(res[c], np.float64) for c in cols])
+        cache = self._emitted
+        for i in np.flatnonzero(sign < 0).tolist():
+            v = cache.pop(rids[i], None)
+            if v is not None:
+                mat[i] = v
+        for i in np.flatnonzero(sign > 0).tolist():
+            cache[rids[i]] = mat[i].copy()
+        for j, c in enumerate(cols):
+            res[c] = mat[:, j]
 
     def _quantile_bounds(self, k, out: Changes, est, n, s0):
         """Order-statistic bounds from the groups' current samples (the inner operator's
@@ -264,3 +322,13 @@ class ApproxAggregate(Operator):
         for r, a_, b_ in zip(rids[plus].tolist(), vl.tolist(), vh.tolist()):
             cache[r] = (a_, b_)
         return lo, hi
+
+
+def _isnull(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind == "f":
+        return np.isnan(x)
+    if x.dtype.kind == "O":
+        import pandas as pd
+        return np.asarray(pd.isna(x), bool)
+    return np.zeros(len(x), bool)

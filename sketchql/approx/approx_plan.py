@@ -185,12 +185,18 @@ def approximate_plan(plan, seed: int = 0, qid: int = 0,
         pre.params["compute"][W_COLUMN] = _weight_fn
         pre.op = Project(dict(pre.params["compute"]))
     distinct_rate = None
+    hseed = 0
     if distinct:
-        s0 = next(iter(samplers.values()))
-        keep = stream_keep(streams[next(iter(samplers))]) if stream_keep else (lambda: 1.0)
-        distinct_rate = lambda: s0.rate * keep()  # noqa: E731
+        i0 = next(iter(samplers))
+        s0 = samplers[i0]
+        hseed = s0.hash_seed
+        keep = stream_keep(streams[i0]) if stream_keep else (lambda: 1.0)
+        w0 = windows[i0]
+        # the lowest rate used over the window: every part of it kept the values below it
+        distinct_rate = lambda now: s0.min_rate_since(now - w0)  # noqa: E731
     aspecs = [AggSpec(s["func"], s["column"], s["name"], s["q"]) for s in specs]
-    agg.op = ApproxAggregate(agg.params["group_by"], aspecs, conf=conf, distinct_rate=distinct_rate)
+    agg.op = ApproxAggregate(agg.params["group_by"], aspecs, conf=conf, distinct_rate=distinct_rate,
+                             hash_seed=hseed, distinct_keep=keep if distinct else None)
     agg.label = "Approx" + agg.label + f" (sampled, intervals at {conf:g})"
     # final projection: interval columns after each plain aggregate output
     root = plan.root

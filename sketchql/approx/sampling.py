@@ -131,6 +131,7 @@ class Sampler:
         self.hash_seed = int(hash_seed)
         self._rng = np.random.default_rng(seed)
         self._tau: dict = {}
+        self._hist: list = []            # (data time, rate) at each change of the rate
         self.rows_in = 0
         self.rows_kept = 0
 
@@ -143,9 +144,22 @@ class Sampler:
     def __call__(self, b: Batch) -> Batch:
         return self.sample(b)[0]
 
+    def min_rate_since(self, t: float) -> float:
+        """The lowest rate used on data of time > ``t`` (the current rate if none changed since)."""
+        r = self.rate
+        for i in range(len(self._hist) - 1, -1, -1):
+            t_i, rate_i = self._hist[i]
+            r = min(r, rate_i)
+            if t_i <= t:
+                break
+        return r
+
     def sample(self, b: Batch):
         """``(kept rows with __w, keep mask or None when every row is kept)``."""
         n = len(b)
+        if n and (not self._hist or self._hist[-1][1] != self.rate):
+            self._hist.append((float(b.ts[0]), self.rate))
+            del self._hist[:-256]
         self.rows_in += n
         cols = dict(b.columns)
         pi_in = np.asarray(cols.pop(PI_COLUMN), np.float64) if PI_COLUMN in cols else np.ones(n)

@@ -637,7 +637,7 @@ class PrecisionManager:
             rng = self._shed_rngs[name] = np.random.default_rng([self.engine.seed, 97, len(self._shed_rngs)])
         protect = self._protected_columns(name)
         return shed(b, sr, shr, rng, key=k.get("shed_key"), protect=protect,
-                    seed=self.engine.seed * 7919 + 17, state=self._shed_state.setdefault(name, {}))
+                    seed=self.engine.seed * 7919 + 29, state=self._shed_state.setdefault(name, {}))
 
     def _protected_columns(self, name: str) -> list:
         cols = []
