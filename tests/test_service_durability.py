@@ -260,3 +260,43 @@ def test_a_refused_logged_batch_is_skipped_on_replay(tmp_path):
     assert _index_bytes(again) == ref
     again.store.close()
     assert body != body2
+
+
+def test_fresh_wipes_and_demo_resumes_where_it_stopped(tmp_path):
+    from sketchql.service import create_app
+
+    d = str(tmp_path / "data")
+    app = create_app(demo=True, seed=3, data_dir=d, demo_options={"max_tuples": 2000})
+    st, feeder = app.state.sketchql, app.state.sketchql.demo
+    for _ in range(3):
+        feeder.step()
+    clock, ids = feeder.clock, [q.id for q in st.engine.queries]
+    tin = st.engine.stream("Store1").tuples_in
+    st.drop_query(ids[0])
+    st.store.close()
+    app = create_app(demo=True, seed=3, data_dir=d, demo_options={"max_tuples": 2000})
+    st2, f2 = app.state.sketchql, app.state.sketchql.demo
+    assert [q.id for q in st2.engine.queries] == ids[1:]                   # no second set-up, none re-added
+    assert f2.clock == clock and st2.engine.stream("Store1").tuples_in == tin
+    f2.step()
+    assert f2.clock > clock and st2.engine.stream("Store1").tuples_in > tin
+    st2.store.close()
+    app = create_app(demo=False, data_dir=d, fresh=True)
+    assert app.state.sketchql.engine.queries == [] and not app.state.sketchql.engine.catalog.streams
+    app.state.sketchql.store.close()
+
+
+def test_serve_keeps_state_in_a_default_data_dir(monkeypatch, tmp_path):
+    import uvicorn
+
+    from sketchql.cli import main
+    from sketchql.service import commands
+
+    seen = {}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SKETCHQL_DATA_DIR", raising=False)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **k: seen.update(store=app.state.sketchql.store))
+    assert main(["serve", "--no-demo"]) == 0
+    assert seen["store"].path == str(tmp_path / commands.DEFAULT_DATA_DIR)
+    seen["store"].close()
+    assert main(["serve", "--no-demo", "--in-memory"]) == 0 and seen["store"] is None

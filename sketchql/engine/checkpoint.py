@@ -14,6 +14,12 @@ Plain :mod:`pickle` fails on an engine for two reasons, both handled here:
   (``to_bytes()`` / ``StreamIndex.from_bytes``), which rebuilds the shared
   layout.
 
+* an object whose class forwards unknown attributes (``__getattr__``, e.g. a
+  shared operator's per-query handle) would be asked for ``__setstate__``
+  while still empty and recurse; such objects are rebuilt with
+  ``cls.__new__`` and their ``__dict__`` set directly (the 6-item reduce
+  form, so cycles back to them stay intact).
+
 The continuation property -- ``f(restore(snapshot(E)))`` equals ``f(E)``
 for every later sequence of pushes ``f`` -- is what the service's crash
 recovery relies on (checkpoint + replay of the log's tail); it is tested in
@@ -52,11 +58,28 @@ def _pickler_class():
 
     class _EnginePickler(cloudpickle.Pickler):
         def reducer_override(self, obj):
-            if type(obj) is StreamIndex:
+            cls = type(obj)
+            if cls is StreamIndex:
                 return (StreamIndex.from_bytes, (obj.to_bytes(),))
+            if _forwards_attributes(cls) and isinstance(getattr(obj, "__dict__", None), dict):
+                return (cls.__new__, (cls,), dict(obj.__dict__), None, None, _set_dict)
             return super().reducer_override(obj)
 
     return _EnginePickler
+
+
+def _forwards_attributes(cls) -> bool:
+    """A sketchql class with ``__getattr__`` and no pickling hooks of its own."""
+    if not isinstance(cls, type) or not cls.__module__.startswith("sketchql"):
+        return False
+    own = any("__getattr__" in vars(k) for k in cls.__mro__[:-1])
+    hooks = any(h in vars(k) for k in cls.__mro__[:-1] for h in ("__setstate__", "__reduce__", "__reduce_ex__"))
+    return own and not hooks
+
+
+def _set_dict(obj, state):
+    obj.__dict__.update(state)
+    return obj
 
 
 def dumps(obj) -> bytes:

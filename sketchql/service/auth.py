@@ -26,8 +26,8 @@ Tokens are compared in constant time.  Without tokens, nothing is checked
 >>> a = Auth({"t-admin": "admin", "t-read": "read"})
 >>> a.role_of("t-read"), a.role_of("nope"), a.allows("read", "admin"), a.allows("admin", "read")
 ('read', None, False, True)
->>> parse_tokens_text("admin abc  # ops\\nread xyz")
-{'abc': 'admin', 'xyz': 'read'}
+>>> parse_tokens_text("admin abcdefgh  # ops\\nread stuvwxyz")
+{'abcdefgh': 'admin', 'stuvwxyz': 'read'}
 """
 from __future__ import annotations
 
