@@ -47,7 +47,10 @@ class Engine:
         #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
         self.runtime = {"share_indexes": True, "share_plans": True, "scheduler": "inline", "quantum": 1024.0,
                         "work_per_push": None}
+        from .constraints import ConstraintRegistry
         from .sharing import Sharing
+        #: declared k-constraints of the streams, measured on the data (sketchql.engine.constraints)
+        self.constraints = ConstraintRegistry(self)
         #: shared window stores and operators across queries (sketchql.engine.sharing)
         self.sharing = Sharing(self)
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
@@ -340,6 +343,8 @@ class Engine:
             h.clock = max(h.clock, float(b.ts[-1]))
         if h._slack is not None:                # nothing older than the watermark reaches the queries
             h.clock = max(h.clock, h._slack.watermark)
+        if self.constraints.items and len(b):
+            self.constraints.observe(h.name, b.columns)
         self.sharing.feed(h.name, b)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
@@ -431,6 +436,16 @@ class Engine:
                     if any(s.schema.name.lower() == x.name.lower() for s in q.bound.streams):
                         q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
                 self._push_released(x, rel)
+
+    # -- k-constraints -------------------------------------------------------------------
+    def declare_constraint(self, kind: str, stream: str, attr: str, k: int, parent=None):
+        """Declare that ``stream.attr`` arrives ``clustered`` / ``ordered`` with adherence k, or
+        ``referential`` to ``parent=(stream, attr)``; measured as data arrives (STREAM §4.1)."""
+        return self.constraints.declare(kind, stream, attr, k, parent)
+
+    def constraint_join(self, a: str, attr_a: str, b: str, attr_b: str, spill: bool = True):
+        """A constraint-aware join of ``a.attr_a = b.attr_b`` using the declared constraints."""
+        return self.constraints.join(a, attr_a, b, attr_b, spill)
 
     # -- scheduling -------------------------------------------------------------
     def _tasks(self) -> list:
