@@ -18,7 +18,8 @@ Precision propagates bottom-up (:func:`propagate`, the (FP, FN) calculus of
 §5.3 specialised to our operators): a scan sampled at ``p`` has
 ``FN = 1 − p``; select / project keep their input's; a join's recall is the
 product of its inputs' recalls times its own (a promising-tuple join on a
-budget ``b`` per tuple: ``r(b) = 1 − exp(−b / b₀)``); an aggregate over an
+budget ``b`` per tuple: ``r(b) = 1 − exp(−b / b₀)``; inputs universe-sampled on
+the join key at rate ``p``: recall ``p``, not ``p²``); an aggregate over an
 input of recall ``π`` has the relative error above with ``p = π``.
 
 ``c`` (aggregates) and ``b₀`` (joins) are *calibrated from measurements*:
@@ -142,7 +143,9 @@ class AggregateModel(QueryModel):
 class JoinRecallModel(QueryModel):
     """Promising-tuple join: knobs (input sampling rate p, budget b per tuple).
 
-    recall = p² · (1 − exp(−b / b₀)); memory = p · memory_full; cpu = p · rate_in · (1 + b).
+    recall = p^e · (1 − exp(−b / b₀)); memory = p · memory_full; cpu = p · rate_in · (1 + b);
+    ``e = 1`` when both inputs are universe-sampled on the join key with one hash (a kept key
+    keeps all its pairs), 2 for independent sampling of the two inputs.
     """
 
     rate_in: float = 1.0
@@ -150,6 +153,7 @@ class JoinRecallModel(QueryModel):
     b0: float = 50.0
     b_max: float = 1000.0
     observations: list = field(default_factory=list)
+    exponent: float = 1.0
 
     dims = 2
     names = ("sample_rate", "budget")
@@ -162,12 +166,12 @@ class JoinRecallModel(QueryModel):
 
     def evaluate(self, x):
         p, b = float(np.clip(x[0], P_MIN, 1.0)), float(max(x[1], 0.0))
-        return float(p * p * self.recall_budget(b)), p * self.memory_full, p * self.rate_in * (1.0 + b)
+        return float(p ** self.exponent * self.recall_budget(b)), p * self.memory_full, p * self.rate_in * (1.0 + b)
 
     def evaluate_grid(self, grid):
         g = np.asarray(grid, np.float64)
         p, b = np.clip(g[:, 0], P_MIN, 1.0), np.maximum(g[:, 1], 0.0)
-        return p * p * self.recall_budget(b), p * self.memory_full, p * self.rate_in * (1.0 + b)
+        return p ** self.exponent * self.recall_budget(b), p * self.memory_full, p * self.rate_in * (1.0 + b)
 
     def calibrate(self, budget: float, recall_given_input: float):
         """Add a (budget, recall of the join on its sampled input) observation and refit b₀."""

@@ -355,7 +355,7 @@ class EngineAllocator:
         elif isinstance(m, JoinRecallModel) and r.get("recall") is not None:
             p = qp.sample_rate() or 1.0
             keep = self.m.stream_keep(qp.q)
-            base = (p * keep) ** 2
+            base = p ** m.exponent * keep
             if base > 0:
                 m.calibrate(qp._budget_now(), min(r["recall"] / base, 0.999))
 

@@ -414,7 +414,7 @@ class QueryPrecision:
             return keep
         if self.kind == "promising" and isinstance(self.model, JoinRecallModel):
             x = [self.sample_rate() or 1.0, float(self.q.bound.contract.budget or self._budget_now())]
-            return float(self.model.evaluate(x)[0]) * self.m.stream_keep(self.q) ** 2
+            return float(self.model.evaluate(x)[0]) * self.m.stream_keep(self.q)
         if self.kind in ("aggregate", "distinct"):
             return None
         return None
@@ -560,11 +560,17 @@ class PrecisionManager:
         keep = lambda name: stream_keep_fn(self.engine._streams[name.lower()])  # noqa: E731
         info = approximate_plan(plan, seed=self.engine.seed, qid=qid, stream_keep=keep)
         if info is None and plan.engine == "promising":
-            # a promising-tuple join: samplers at its inputs (the allocator trades them for memory)
-            for n in plan.nodes:
-                if n.kind == "scan" and "sampler" not in n.params:
-                    n.params["sampler"] = Sampler(1.0, "bernoulli", seed=int(np.random.SeedSequence(
-                        [self.engine.seed, qid, n.source, 13]).generate_state(1)[0]))
+            # a promising-tuple join: samplers at its inputs (the allocator trades them for memory).
+            # Universe sampling on the join key with one hash for both sides keeps every pair of a
+            # kept key: recall p for memory p (independent sampling would give p² -- and so does
+            # random load shedding)
+            for j in plan.nodes:
+                if j.kind != "pt_join":
+                    continue
+                for side, n in enumerate(j.children):
+                    if n.kind == "scan" and "sampler" not in n.params:
+                        n.params["sampler"] = Sampler(1.0, "universe", key=j.params["keys"][side],
+                                                      hash_seed=self.engine.seed * 7919 + 41)
         return info
 
     def on_register(self, query):
