@@ -87,10 +87,6 @@ from .persist import PersistSide
 from .query_side import QuerySide
 
 _BUCKET_SALT = 0xB0C4E7
-_KERNEL_VDTYPES = (np.dtype(np.int64), np.dtype(np.float64))
-_NO_HASH = np.zeros(0, dtype=np.uint64)
-_MAGIC = b"SQIX"
-_VERSION = 1
 
 
 class StreamIndex(IngestSide, QuerySide, PersistSide):
