@@ -14,8 +14,9 @@ When at least one token is configured, every request needs
 ``Authorization: Bearer <token>``: reads (GET, HEAD) need the ``read`` or
 ``admin`` role, every mutating request (POST, PUT, PATCH, DELETE) ``admin``
 (``POST /explain`` changes nothing: ``read``).
-``GET /health``, ``/docs``, ``/openapi.json`` and the docs' assets stay open
-(they reveal nothing of the data).  A GET may carry the token as
+``GET /health``, ``/docs``, ``/openapi.json``, the ``/dashboard`` page and
+their static assets stay open (they reveal nothing of the data; the page's
+own data requests carry the token).  A GET may carry the token as
 ``?access_token=`` instead (browsers' ``EventSource`` cannot send headers).
 With ``public_read`` reads need no token.  Missing or unknown token: 401
 (with ``WWW-Authenticate: Bearer``); a read token on a mutation: 403.
@@ -39,8 +40,8 @@ from .errors import ApiError
 
 ROLES = ("read", "admin")
 ENV_VAR = "SKETCHQL_TOKENS"
-OPEN_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")
-OPEN_PREFIXES = ("/docs-assets/",)
+OPEN_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc", "/dashboard")
+OPEN_PREFIXES = ("/docs-assets/", "/dashboard/static/", "/dashboard/vendor/")   # pages and assets, no data
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
 READ_POSTS = ("/explain",)          # POSTs that change nothing
 
