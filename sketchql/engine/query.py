@@ -180,6 +180,8 @@ class Query:
             self._evict(excess)
         if self._instants and self._instants[0] < self._base_at:     # RSTREAM instants still exact
             self._instants = [t for t in self._instants if t >= self._base_at]
+        if self.retain_changes is not None and len(self._instants) > max(self.retain_changes, 1):
+            del self._instants[:len(self._instants) - max(self.retain_changes, 1)]   # bounded memory
 
     def _evict(self, n: int):
         view = self.view
