@@ -153,7 +153,9 @@ def run(A, B, W, duration, strategy, budget, need, step=1.0, eval_every=1.0, eva
     per = {k: float(np.mean(v)) for k, v in prec.items()}
     wp = sum(WEIGHTS[k] * per[k] for k in per) / sum(WEIGHTS.values())
     rates = {k: q.precision()["knobs"].get("sample_rate") for k, q in zip(("avg", "join", "distinct"), (q1, q2, q3))}
-    return wp, per, rates
+    pred = {k: q.precision()["estimated"].get("predicted_precision")
+            for k, q in zip(("avg", "join", "distinct"), (q1, q2, q3))}
+    return wp, per, rates, pred
 
 
 def exact_need(A, B, W):
@@ -275,7 +277,9 @@ def main(argv=None):
         r = res["allocator"][2]
         print(f"{f * 100:6.0f}% {wa:10.3f} {wu:9.3f} {ws:9.3f} {gu:9.2f} {gs:9.2f}  "
               + ", ".join(f"{r[k]:.3g}" if r[k] is not None else "-" for k in ("avg", "join", "distinct"))
-              + "   per query: " + " ".join(f"{k}={v:.2f}" for k, v in res["allocator"][1].items()))
+              + "   measured: " + " ".join(f"{k}={v:.2f}" for k, v in res["allocator"][1].items())
+              + "   predicted: " + " ".join(f"{k}={v:.2f}" if v is not None else f"{k}=-"
+                                           for k, v in res["allocator"][3].items()))
     cov, width, detail = coverage(A, B, W, trials)
     print("interval coverage / width vs oracle: " + ", ".join(f"{k} {c:.3f}/{w:.2f}" for k, (c, w) in detail.items()))
     rw, rt = replan_time(W, rate)

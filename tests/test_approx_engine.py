@@ -227,3 +227,18 @@ def test_promising_join_reports_recall_and_audits_it():
     assert p["kind"] == "promising" and p["audited"]["n_audits"] > 0
     assert 0 < p["audited"]["recall"] < 1
     assert p["estimated"]["recall"] is not None
+
+
+def test_audit_measures_the_same_error_as_an_exact_query():
+    eng = _engine(seed=12)
+    q = eng.register(f"SELECT carrier, AVG(delay) AS d, SUM(delay) AS s FROM F [RANGE {W}] GROUP BY carrier "
+                     "WITH ERROR 0.05 CONFIDENCE 0.95")
+    e = eng.register(f"SELECT carrier, AVG(delay) AS d, SUM(delay) AS s FROM F [RANGE {W}] GROUP BY carrier")
+    q.set_knob("audit_share", 1.0)
+    q.set_knob("sample_rate", 0.3)
+    _feed(eng, 400)
+    m = _merge(q.snapshot(), e.snapshot())
+    rel = np.concatenate([np.abs(m[c] - m[c + "_x"]) / np.abs(m[c + "_x"]) for c in ("d", "s")])
+    last = q.precision()["audited"]["last"]
+    assert last["t"] == q.clock and last["rel_error"] == pytest.approx(float(rel.mean()), rel=1e-9)
+    assert q.precision()["audited"]["coverage"] >= 0.88

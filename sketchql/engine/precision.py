@@ -170,6 +170,12 @@ class QueryPrecision:
             return
         self.shadow = sh
         self._shadow_live = {}
+        orig_record = sh._record
+
+        def record(out, _orig=orig_record):          # the exact answer's rows, by rid
+            self._apply_rows(self._shadow_live, out, rid_offset=_SHADOW_RID)
+            _orig(out)
+        sh._record = record
         started_with_query = not np.isfinite(self.q.clock)
         self._shadow_from = -math.inf if (started_with_query or self.schedule.share >= 1.0) else t + self.window
         if np.isfinite(self.q.clock):
@@ -183,8 +189,6 @@ class QueryPrecision:
         if sh is None:
             return
         sh._advance(now)
-        for ch in sh.poll():
-            self._apply_rows(self._shadow_live, ch, rid_offset=_SHADOW_RID)
         if not self._want_shadow(now) and self.mode != "exact":
             self.shadow = None
             self._shadow_live = {}
@@ -605,7 +609,7 @@ class PrecisionManager:
         plan = eng._plan(query.bound.query)
         instantiate(plan.root, plan.bound, eng._tables)
         sh = Query(query.id + (1 << 30), query.sql, plan, eng.seed)     # an id no real query has
-        sh.retain_changes = 10_000
+        sh.retain_changes = 0            # its rows are tracked by rid (no change log needed)
         return sh
 
     # -- data path ---------------------------------------------------------------------
