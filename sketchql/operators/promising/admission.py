@@ -165,3 +165,28 @@ def plan_rows(rids, k: int, seed: int) -> np.ndarray:
         return np.zeros(0, np.int64)
     h = hash64(np.asarray(rids, np.int64), int(seed), "pt plan")
     return np.sort(np.argpartition(h, k - 1)[:k])
+
+
+class _Columns:
+    """A batch as plain columns (what :func:`concat_batches` returns)."""
+
+    def __init__(self, cols: dict):
+        self.__dict__.update(cols)
+
+    def __len__(self):
+        return int(self.ts.shape[0])
+
+    def take(self, idx):
+        return _Columns({k: v[idx] for k, v in self.__dict__.items()})
+
+
+def concat_batches(batches):
+    """Arrival batches (objects with equal-length numpy columns, e.g.
+    :class:`sketchql.data.Arrivals`) joined in order into one.
+
+    >>> b = concat_batches([_Columns({"ts": np.array([1.0])}), _Columns({"ts": np.array([2.0, 3.0])})])
+    >>> len(b), b.ts.tolist()
+    (3, [1.0, 2.0, 3.0])
+    """
+    cols = [{k: v for k, v in vars(b).items() if isinstance(v, np.ndarray)} for b in batches]
+    return _Columns({k: np.concatenate([c[k] for c in cols]) for k in cols[0]})

@@ -89,7 +89,8 @@ from ...summaries.hashing import hash64
 from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
-from .admission import chunk_span, ingest_fraction, keep_mask, plan_count, plan_rows, time_chunks
+from .admission import (chunk_span, concat_batches, ingest_fraction, keep_mask, plan_count, plan_rows,
+                        time_chunks)
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 
@@ -164,6 +165,9 @@ class PTJoin(PairOutput):
         self._plan_cost = 1.0       # recent mean units of planning per arrival (admission)
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
+        self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
+        self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
+        self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.aging = self._aging_rate(aging)
         self.queue = EntryQueue(self.preference, seed=seed, fields=_FIELDS, aging=self.aging)
         self.account = 0.0
@@ -181,7 +185,7 @@ class PTJoin(PairOutput):
                        "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
                        "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0,
                        "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0,
-                       "max_forced": 0.0, "max_plan_overrun": 0.0}
+                       "max_forced": 0.0, "max_plan_overrun": 0.0, "deferred_ticks": 0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -211,15 +215,53 @@ class PTJoin(PairOutput):
         if len(batch) == 0:
             self._credit(float(np.sum(allowance)))
             return
+        if self.wall:
+            batch, allowance = self._defer(batch, allowance)
+            if batch is None:
+                return
         for a, b in time_chunks(batch.ts, chunk_span(self.sources, self.window)):
             part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
-            self._tick_one(part, allowance[a:b])
+            self._tick_one(part, allowance[a:b], credit=not self.wall)
 
-    def _tick_one(self, batch, allowance) -> None:
+    def _defer(self, batch, allowance):
+        """Wall clock: a round (ingest + planning) has a fixed real cost of its
+        own (Python and numpy calls, ~ms) whatever the batch size.  When the
+        account (seconds) does not cover twice the measured cost of a round,
+        the arrivals wait -- their allowance is credited now -- and are
+        processed together once it does, or once they span ``wall_defer``
+        seconds of event time (latency bound; default a tenth of the window,
+        at most 5 s).  Returns the batch to process now (or None) and its
+        allowance (already credited)."""
+        self._credit(float(np.sum(allowance)))
+        self._pend.append((batch, allowance))
+        first = float(self._pend[0][0].ts[0])
+        span = float(batch.ts[-1]) - first
+        limit = self.wall_defer if self.wall_defer is not None else (
+            min(5.0, 0.1 * self.window) if math.isfinite(self.window) else 5.0)
+        if self._sec_round is not None and self.account < 2.0 * self._sec_round and span < limit:
+            self._stats["deferred_ticks"] += 1
+            return None, None
+        parts, self._pend = self._pend, []
+        if len(parts) == 1:
+            return parts[0]
+        return concat_batches([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def finish(self) -> None:
+        """Process the arrivals still waiting (wall clock, see :meth:`_defer`)."""
+        if self._pend:
+            parts, self._pend = self._pend, []
+            batch = parts[0][0] if len(parts) == 1 else concat_batches([p[0] for p in parts])
+            allowance = np.concatenate([p[1] for p in parts])
+            for a, b in time_chunks(batch.ts, chunk_span(self.sources, self.window)):
+                part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
+                self._tick_one(part, allowance[a:b], credit=False)
+
+    def _tick_one(self, batch, allowance, credit: bool = True) -> None:
         income = float(np.sum(allowance))
-        self._credit(income)
+        if credit:
+            self._credit(income)
         clock = time.perf_counter
-        t = clock() if self.wall else 0.0
+        t = t0 = clock() if self.wall else 0.0
         keep = self.admit_ingest(batch, income)
         sides = self.ingest(batch, keep)
         self.charge_ingest(sides)
@@ -230,7 +272,10 @@ class PTJoin(PairOutput):
             t = t2
         self.plan(batch, self.admit_plan(batch, sides))
         if self.wall:
-            self.account -= clock() - t
+            t2 = clock()
+            self.account -= t2 - t
+            r = t2 - t0
+            self._sec_round = r if self._sec_round is None else 0.8 * self._sec_round + 0.2 * r
         self.drain()
         self._note_debt()
 
@@ -248,8 +293,12 @@ class PTJoin(PairOutput):
             self._sec_insert = r if self._sec_insert is None else 0.8 * self._sec_insert + 0.2 * r
 
     def _insert_price(self) -> float:
+        """Price of one insert for the ingest share: ``insert`` units; on a wall
+        clock 0 (no shedding): a round's real time is mostly fixed per call,
+        not per tuple (a per-tuple price measured on small rounds would shed
+        ever more), and the rounds are paced by :meth:`_defer` instead."""
         if self.wall:
-            return self._sec_insert or 0.0
+            return 0.0
         return COSTS["insert"]
 
     def admit_ingest(self, batch, income: float, fraction: float | None = None):
@@ -446,9 +495,6 @@ class PTJoin(PairOutput):
         outlier = (tot <= self._asc_thr + 1e-9) & (wgt >= 0.5)
         prio = tot[probe] / np.power(self.fade, (gran - 1).astype(np.float64))
         return prio, (~outlier[probe]).astype(np.int8)
-
-    def finish(self) -> None:
-        pass
 
     def _idle(self) -> None:
         """Nothing left to probe: idle time cannot be banked -- unless arrivals
