@@ -45,7 +45,10 @@ Work units (``sketchql.approx.UNIT_COSTS``, the same prices SIMPLE-SHJ pays):
 wall-clock budget (``set_wall_clock(True)``, done by ``replay`` for
 ``TimeBudget(wall_clock=True)``) the account is in seconds and is charged the
 real time spent (``time.perf_counter``) in ingest + planning and per probe
-batch; the work units are still counted in ``stats()``.
+batch; the work units are still counted in ``stats()``.  A round of ingest +
+planning has a fixed real cost per call, so on a wall clock arrivals wait
+until the account covers two rounds (or they span ``wall_defer`` seconds),
+see :meth:`PTJoin._defer`.
 
 Everything is charged: besides inserts, estimates, probes and compares, a
 ``node`` for every entry dropped without a scan (expired probe tuple or
