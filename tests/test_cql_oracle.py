@@ -105,13 +105,16 @@ def test_subquery_predicates(con, seed, wl, wr):
         (f"SELECT seq, k FROM S {SQLW[wl]} WHERE EXISTS (SELECT * FROM R {SQLW[wr]} WHERE S.k = R.k) AND v > 2",
          lambda t: f"SELECT seq, k FROM {window_sql('a', sl, t)} x WHERE EXISTS (SELECT * FROM "
                    f"{window_sql('b', sr, t)} y WHERE y.k = x.k) AND v > 2"),
+        (f"SELECT DISTINCT k FROM S {SQLW[wl]} WHERE v NOT IN (SELECT v FROM R {SQLW[wr]})",
+         lambda t: f"SELECT DISTINCT k FROM {window_sql('a', sl, t)} WHERE v NOT IN (SELECT v FROM "
+                   f"{window_sql('b', sr, t)})"),
         (f"SELECT seq FROM S {SQLW[wl]} WHERE NOT EXISTS (SELECT * FROM R {SQLW[wr]} WHERE v > 8)",
          lambda t: f"SELECT seq FROM {window_sql('a', sl, t)} WHERE NOT EXISTS (SELECT * FROM "
                    f"{window_sql('b', sr, t)} WHERE v > 8)"),
     ]
     qs, times = run([c[0] for c in cases], (a, b), seed)
     for (sql, at), q in zip(cases, qs):
-        cols = ["seq"] if "SELECT seq FROM" in sql else ["seq", "k"]
+        cols = ["seq"] if "SELECT seq FROM" in sql else ["k"] if "DISTINCT" in sql else ["seq", "k"]
         check(con, q, (a, b), sl, at, cols, seed, sql, times)
 
 

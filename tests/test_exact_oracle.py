@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from sketchql.operators.exact import (AggSpec, Aggregate, Batch, Changes, Chain, Distinct, MJoin,
-                                      MinusAll, Project, Select, StaticJoin, SymmetricHashJoin,
+                                      MinusAll, Project, Select, SemiJoin, StaticJoin, SymmetricHashJoin,
                                       WindowScan, WindowSpec, snapshot)
 
 WINDOWS = {
@@ -289,3 +289,28 @@ def test_static_join_and_table_update(con, seed):
             f'SELECT s.seq, t."name" AS "t.name" FROM {w} s JOIN t1 t ON s.k = t.k WHERE s.ts <= {half!r} '
             f'UNION ALL SELECT s.seq, t."name" FROM {w} s JOIN t2 t ON s.k = t.k WHERE s.ts > {half!r}').df()
         assert_same(snapshot(ch, tau), theirs, ["seq", "t.name"], tau, "static join")
+
+
+@pytest.mark.parametrize("seed", SEEDS + [3, 4])
+@pytest.mark.parametrize("wl,wr", [("range", "rows"), ("unbounded", "range"), ("slide", "part"),
+                                   ("now", "range"), ("landmark", "tumble")])
+@pytest.mark.parametrize("mode", ["semi", "anti", "not_in"])
+def test_semijoin(con, seed, wl, wr, mode):
+    sl, sr = WINDOWS[wl], WINDOWS[wr]
+    a, b = make_stream(seed, n=80, nk=5), make_stream(seed + 3, n=80, nk=4)
+    a.loc[a.seq % 7 == 0, "v"] = np.nan
+    b.loc[b.seq % 11 == 0, "v"] = np.nan
+    con.register("a", a)
+    con.register("b", b)
+    S, R = WindowScan(sl), WindowScan(sr)
+    on = [("v", "v")] if mode == "not_in" else [("k", "k"), ("v", "v")]
+    m = SemiJoin(on, anti=mode != "semi", null_aware=mode == "not_in")
+    ch = drive(lambda t, p: m.step(t, S.step(t, p[0]), R.step(t, p[1])), [a, b], step_times(seed, [a, b]))
+    for tau in eval_times(seed, [a, b], sl):
+        if mode == "not_in":
+            q = (f"SELECT seq FROM {window_sql('a', sl, tau)} WHERE v NOT IN "
+                 f"(SELECT v FROM {window_sql('b', sr, tau)})")
+        else:
+            q = (f"SELECT seq FROM {window_sql('a', sl, tau)} x WHERE {'NOT ' if mode == 'anti' else ''}EXISTS "
+                 f"(SELECT * FROM {window_sql('b', sr, tau)} y WHERE y.k = x.k AND y.v = x.v)")
+        assert_same(snapshot(ch, tau), con.execute(q).df(), ["seq"], tau, f"semijoin {mode} {wl}/{wr}")

@@ -213,3 +213,57 @@ def holistic(kind, q, g, pos, sign, last, lo, hi, pc, pf):
                 v1 = pf[_fen_find(tree, base + k1 + 1)]
                 res[r] = v0 + (v1 - v0) * (x - k0)
     return res, rescans
+
+
+@numba.njit(cache=True)
+def distinct_count(code, sign, at, pos_plus, rid_lo, rid_hi, rid_order, alive, seg_lo, seg_hi, rep_pos):
+    """Duplicate elimination that keeps every copy (for inputs with negative tuples).
+
+    The copies are one array sorted by (value code, arrival); ``alive`` marks the live ones
+    (a copy added in this step turns alive at its + change, ``pos_plus``); a − change
+    retracts the first live copy among the positions ``rid_order[rid_lo:rid_hi]`` holding
+    its rid.  ``rep_pos[c]``: the representative of value c (−1: none); when it leaves, the
+    youngest live copy (scan back from the end of c's segment) replaces it.  Returns the
+    emitted (position, sign, at) and an error flag (1: retraction of an unknown row).
+    """
+    n = len(code)
+    out_pos = np.empty(2 * n, np.int64)
+    out_sign = np.empty(2 * n, np.int8)
+    out_at = np.empty(2 * n, np.float64)
+    k = 0
+    for i in range(n):
+        c = code[i]
+        if sign[i] > 0:
+            p = pos_plus[i]
+            alive[p] = True
+            if rep_pos[c] < 0:
+                rep_pos[c] = p
+                out_pos[k] = p
+                out_sign[k] = 1
+                out_at[k] = at[i]
+                k += 1
+        else:
+            p = -1
+            for j in range(rid_lo[i], rid_hi[i]):
+                q = rid_order[j]
+                if alive[q]:
+                    p = q
+                    break
+            if p < 0:
+                return out_pos[:k], out_sign[:k], out_at[:k], 1
+            alive[p] = False
+            if rep_pos[c] == p:
+                out_pos[k] = p
+                out_sign[k] = -1
+                out_at[k] = at[i]
+                k += 1
+                rep_pos[c] = -1
+                for q in range(seg_hi[c] - 1, seg_lo[c] - 1, -1):
+                    if alive[q]:
+                        rep_pos[c] = q
+                        out_pos[k] = q
+                        out_sign[k] = 1
+                        out_at[k] = at[i]
+                        k += 1
+                        break
+    return out_pos[:k], out_sign[:k], out_at[:k], 0

@@ -31,7 +31,9 @@ class Distinct(Operator):
     and a :class:`KeyDict`); ``mode="replace"`` resolves a step's changes in
     one compiled loop (:func:`~sketchql.operators.exact._kernels.distinct_replace`)
     over per-code row references, and the output columns are gathered with
-    numpy; ``mode="count"`` keeps a Python list of copies per value.
+    numpy; ``mode="count"`` keeps every live copy in one array sorted by
+    (value, arrival) and resolves the step in another compiled loop
+    (:func:`~sketchql.operators.exact._kernels.distinct_count`).
 
     >>> import numpy as np
     >>> from sketchql.operators.exact import WindowScan, WindowSpec, Chain
@@ -49,25 +51,79 @@ class Distinct(Operator):
         self.columns = None if columns is None else ([columns] if isinstance(columns, str) else list(columns))
         self.mode = mode
         self.update_pattern = WK if mode == "replace" else STR
-        self._rep: dict = {}      # value -> (rid, ts, row tuple)
-        self._aux: dict = {}      # replace: value -> youngest (rid, ts, row); count: value -> list
         self._names = None
         self.max_state = 0
         self._dict = KeyDict()                 # replace mode: value fingerprint -> code
         self._rrep = None                      # per code: representative (slot / −(input row+1) / NONE)
         self._raux = None                      # per code: youngest duplicate
         self._scols = self._sts = self._srid = None   # stored rows referenced by _rrep / _raux
+        self._cc = None                        # count mode: every live copy, sorted by (code, arrival)
+        self._next_seq = 0
 
     def state_size(self) -> int:
         if self.mode == "replace":
             return self.output_size() + int((self._raux != _NONE).sum()) if self._rrep is not None else 0
-        return len(self._rep) + sum(len(v) for v in self._aux.values())
+        return self.output_size() + (len(self._cc) if self._cc is not None else 0)
 
     def output_size(self) -> int:
         """Distinct values currently in the output."""
         if self.mode == "replace":
             return int((self._rrep != _NONE).sum()) if self._rrep is not None else 0
-        return len(self._rep)
+        return int(self._isrep.sum()) if self._cc is not None else 0
+
+    # -- every copy kept (strict inputs), compiled ---------------------------
+    def _step_count(self, ch, names):
+        from ._kernels import distinct_count
+        fp, _ = fingerprints([ch.columns[c] for c in names]) if names else \
+            (np.zeros(len(ch), np.int64), None)
+        codes = self._dict.codes(fp)
+        G = len(self._dict)
+        if self._cc is None:
+            self._cc = np.empty(0, np.int64)
+            self._cseq = np.empty(0, np.int64)
+            self._crid = np.empty(0, np.int64)
+            self._cts = np.empty(0)
+            self._ccols = {c: ch.columns[c][:0] for c in names}
+            self._isrep = np.empty(0, bool)
+        plus = np.flatnonzero(ch.sign > 0)
+        nO, nP = len(self._cc), len(plus)
+        cc = np.concatenate([self._cc, codes[plus]])
+        cseq = np.concatenate([self._cseq, self._next_seq + np.arange(nP)])
+        self._next_seq += nP
+        o = np.lexsort((cseq, cc))
+        inv = np.empty(len(o), np.int64)
+        inv[o] = np.arange(len(o))
+        cc, cseq = cc[o], cseq[o]
+        crid = np.concatenate([self._crid, ch.rid[plus]])[o]
+        cts = np.concatenate([self._cts, ch.ts[plus]])[o]
+        ccols = {c: _cat(self._ccols[c], ch.columns[c][plus])[o] for c in names}
+        alive = np.concatenate([np.ones(nO, bool), np.zeros(nP, bool)])[o]
+        isrep = np.concatenate([self._isrep, np.zeros(nP, bool)])[o]
+        pos_plus = np.full(len(ch), -1, np.int64)
+        pos_plus[plus] = inv[nO:]
+        rid_order = np.argsort(crid, kind="stable")
+        srid = crid[rid_order]
+        rid_lo = np.searchsorted(srid, ch.rid, side="left")
+        rid_hi = np.searchsorted(srid, ch.rid, side="right")
+        seg_lo = np.searchsorted(cc, np.arange(G), side="left")
+        seg_hi = np.searchsorted(cc, np.arange(G), side="right")
+        rep_pos = np.full(G, -1, np.int64)
+        rp = np.flatnonzero(isrep)
+        rep_pos[cc[rp]] = rp
+        pos, sign, at, err = distinct_count(codes, ch.sign, ch.at, pos_plus, rid_lo, rid_hi, rid_order,
+                                            alive, seg_lo, seg_hi, rep_pos)
+        if err:
+            raise SketchQLError("Distinct: retraction of a row that never arrived")
+        out = Changes(Batch({c: v[pos] for c, v in ccols.items()}, ts=cts[pos]), sign, at, crid[pos])
+        isrep = np.zeros(len(cc), bool)
+        isrep[rep_pos[rep_pos >= 0]] = True
+        keep = alive
+        self._cc, self._cseq, self._crid, self._cts = cc[keep], cseq[keep], crid[keep], cts[keep]
+        self._ccols = {c: v[keep] for c, v in ccols.items()}
+        self._isrep = isrep[keep]
+        self.max_state = max(self.max_state, self.state_size())
+        self._work += len(ch)
+        return out
 
     # -- δ*, compiled --------------------------------------------------------
     def _step_replace(self, ch, names):
@@ -132,70 +188,7 @@ class Distinct(Operator):
         self._names = names
         if self.mode == "replace":
             return self._step_replace(ch, names)
-        colv = [ch.columns[c].tolist() for c in names]
-        rows = list(zip(*colv)) if names else [()] * len(ch)
-        tsl, ridl, sl, atl = ch.ts.tolist(), ch.rid.tolist(), ch.sign.tolist(), ch.at.tolist()
-        o_rows, o_ts, o_sign, o_at, o_rid = [], [], [], [], []
-        out, aux, replace = self._rep, self._aux, self.mode == "replace"
-
-        def emit(entry, sign, at):
-            o_rid.append(entry[0]); o_ts.append(entry[1]); o_rows.append(entry[2])
-            o_sign.append(sign); o_at.append(at)
-
-        for r in range(len(rows)):
-            v = rows[r]
-            e = (ridl[r], tsl[r], v)
-            if sl[r] > 0:
-                if v not in out:
-                    out[v] = e
-                    emit(e, 1, atl[r])
-                elif replace:
-                    aux[v] = e
-                else:
-                    aux.setdefault(v, []).append(e)
-            else:
-                rep = out.get(v)
-                if rep is not None and rep[0] == e[0]:
-                    emit(rep, -1, atl[r])
-                    if replace:
-                        y = aux.pop(v, None)
-                    else:
-                        lst = aux.get(v)
-                        y = lst.pop() if lst else None
-                        if lst is not None and not lst:
-                            del aux[v]
-                    if y is None:
-                        del out[v]
-                    else:
-                        out[v] = y
-                        emit(y, 1, atl[r])
-                elif replace:
-                    y = aux.get(v)
-                    if y is not None and y[0] == e[0]:
-                        raise SketchQLError(
-                            "Distinct(mode='replace'): a younger duplicate left before the "
-                            "representative -- the input does not expire in FIFO order; use mode='count'")
-                else:
-                    lst = aux.get(v, [])
-                    for k in range(len(lst)):
-                        if lst[k][0] == e[0]:
-                            del lst[k]
-                            break
-                    else:
-                        raise SketchQLError("Distinct: retraction of a row that never arrived")
-                    if not lst:
-                        aux.pop(v, None)
-            self.max_state = max(self.max_state, self.state_size()) if replace else self.max_state
-        self._work += len(rows)
-        if not replace:
-            self.max_state = max(self.max_state, self.state_size())
-        if not o_rows:
-            return Changes.empty(names)
-        cols = {c: np.asarray([row[k] for row in o_rows]) for k, c in enumerate(names)}
-        for k, c in enumerate(names):
-            if len(cols[c]) and ch.columns[c].dtype.kind != "O":
-                cols[c] = cols[c].astype(ch.columns[c].dtype, copy=False)
-        return Changes(Batch(cols, ts=np.asarray(o_ts, np.float64)), o_sign, o_at, o_rid)
+        return self._step_count(ch, names)
 
 
 _NONE = np.iinfo(np.int64).min

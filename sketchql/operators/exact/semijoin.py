@@ -193,7 +193,8 @@ class SemiJoin(Operator):
         new = np.isfinite(start)
         # ---- check points per row: its key's change points inside [lo, end)
         lo = np.where(new, start, clock)
-        times = np.unique(np.concatenate([pt, lo[np.isfinite(lo)], end[np.isfinite(end)], [now]]))
+        # every time a count is looked up at must have its own rank (also the global change points)
+        times = np.unique(np.concatenate([pt, g_t, lo[np.isfinite(lo)], end[np.isfinite(end)], [now]]))
         R_ = len(times) + 2
 
         def rank(t, side="left"):
