@@ -291,7 +291,7 @@ def test_static_join_and_table_update(con, seed):
         assert_same(snapshot(ch, tau), theirs, ["seq", "t.name"], tau, "static join")
 
 
-@pytest.mark.parametrize("seed", SEEDS + [3, 4])
+@pytest.mark.parametrize("seed", [0, 3])
 @pytest.mark.parametrize("wl,wr", [("range", "rows"), ("unbounded", "range"), ("slide", "part"),
                                    ("now", "range"), ("landmark", "tumble")])
 @pytest.mark.parametrize("mode", ["semi", "anti", "not_in"])
