@@ -9,7 +9,6 @@ over empty windows, over every window kind.
 """
 import duckdb
 import numpy as np
-import pandas as pd
 import pytest
 
 from sketchql.engine import Engine

@@ -7,9 +7,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...errors import SketchQLError
-from ..changes import Batch, Changes, as_batch, mix_rids
+from ..changes import Batch, Changes, mix_rids
 from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
-from .base import Operator, WK, STR
+from .base import Operator, WK
 
 __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
 
