@@ -108,7 +108,7 @@ def test_heartbeat_and_idle_bring_budget_to_pt_operators():
     eng = Engine(seed=1)
     eng.execute("CREATE STREAM A (k INT) TIMESTAMP ts; CREATE STREAM B (k INT) TIMESTAMP ts")
     q = eng.register("SELECT A.k, A.ts, B.ts FROM A, B WHERE A.k = B.k WITH PREFERENCE desc A.k "
-                     "WINDOW 100 SECONDS WITHIN 1 PROBES PER TUPLE")
+                     "WINDOW 100 SECONDS WITHIN 3 PROBES PER TUPLE")
     q.set_knob("retain_changes", None)
     rng = np.random.default_rng(0)
     ts = np.sort(rng.uniform(0, 10, 300))

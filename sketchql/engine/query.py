@@ -124,9 +124,10 @@ class Query:
             self._pending[i] = [(rest, rows[k:])] if len(rest) else []
             inputs[i] = self._prepare(i, take, rows[:k]) if len(take) else None
             has_input = has_input or len(take) > 0
-        if not has_input and self._shared_sources:
-            has_input = any(n.op.has_pending(now) for i, n in self._scan.items()
-                            if i in self._shared_sources and hasattr(n.op, "has_pending"))
+        if self._shared_sources and now >= self.clock:   # every consumer's marker moves at every feed
+            shared_new = any([n.op.fed(now) for i, n in self._scan.items()
+                              if i in self._shared_sources and hasattr(n.op, "fed")])
+            has_input = has_input or shared_new
         if now == self.clock and not has_input:
             return
         self.clock = now

@@ -60,7 +60,8 @@ class NodeTask:
         self.consumed = 0
         self.produced = 0
         self.steps = 0
-        self.selectivity = 1.0           # EWMA of rows out / rows in
+        # EWMA of rows out / rows in; the root's output leaves the queues (the query's result): 0
+        self.selectivity = 0.0 if parent is None else 1.0
         self.cost_per_tuple = 1.0        # one unit per input tuple (steps without input: one unit)
 
     def ready(self) -> bool:
@@ -89,7 +90,7 @@ class NodeTask:
             produced += o
             cost += max(k, 1)
             self.steps += 1
-            if k:
+            if k and self.parent is not None:
                 self.selectivity = 0.8 * self.selectivity + 0.2 * (o / k) if self.consumed else o / k
             self.consumed += k
             self.produced += o

@@ -26,8 +26,10 @@ Strategies (engine knob ``scheduler``):
   input tuple by the first k operators) and ``S_k = Π_{i<=k} s_i`` (what is
   left of it); its *lower envelope* splits the path into chains, each of
   slope ``−ΔS/ΔT``, the chain's priority.  The scheduler picks the
-  highest-priority chain that has a ready operator and runs the *first* ready
-  operator of that chain.
+  highest-priority chain that has a ready operator and runs, among its ready
+  operators, the one holding the oldest tuples (equal priority: earliest
+  arrival first, as in Babcock et al.), the one nearest the output at equal
+  stamps.
 
 The paper's two-operator example (O1 on a batch of n tuples: 1 time unit,
 selectivity 0.2; O2 on n/5 tuples: 1 unit; n tuples arrive at times 1..7)
@@ -130,16 +132,21 @@ class Scheduler:
             return min(tasks, key=lambda t: (t.head_stamp(), -_depth(t)))
         if s == "greedy":
             return max(tasks, key=lambda t: (1.0 - t.selectivity) / max(t.cost_per_tuple, 1e-12))
-        # chain: highest-priority chain with a ready operator; its first ready operator
-        best, pick = -math.inf, None
+        # chain: the highest-priority chain with a ready operator; within it the operator holding
+        # the oldest tuples (Babcock et al.'s tie-break: the earliest arrival first), the one
+        # nearest the output at equal stamps -- in a one-operator-per-chain plan, its first one
+        best, cands = -math.inf, []
         for path in self._paths():
             for prio, seg in chains(path):
-                if prio <= best:
+                ready = [t for t in seg if t.ready()]
+                if not ready or prio < best - 1e-12:
                     continue
-                first = next((t for t in seg if t.ready()), None)
-                if first is not None:
-                    best, pick = prio, first
-        return pick
+                if prio > best + 1e-12:
+                    best, cands = prio, []
+                cands.extend(ready)
+        if not cands:
+            return None
+        return min(cands, key=lambda t: (t.head_stamp(), -_depth(t)))
 
     def priorities(self) -> dict:
         """Chain priority of every task (max over the paths it is on)."""

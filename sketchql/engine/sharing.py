@@ -164,9 +164,19 @@ class StoreScan:
         self.params = None                  # the scan node's params (its ``sample`` knob), set on attach
         self.rng = None
         self._kept = np.zeros(0, bool)      # sampled-in flags of positions [minus, plus)
+        self._fed = store.total             # store tuples (ts <= a fed step's time) seen by feeds
 
     def needed_from(self) -> int:
         return self.plus if not math.isfinite(self.window) else self.minus
+
+    def fed(self, now: float) -> bool:
+        """True if tuples with ts <= now reached the store since the last step fed to this consumer
+        (decided when the step is queued, not when it runs: consumers of one store agree)."""
+        st = self.store
+        c = st.base + int(np.searchsorted(st.ts, now, side="right"))
+        new = c > self._fed
+        self._fed = max(self._fed, c)
+        return new
 
     def pending(self) -> int:
         """Tuples in the store this consumer has not reported yet."""
