@@ -306,7 +306,11 @@ class PTJoin(PairOutput):
 
     def admit_ingest(self, batch, income: float, fraction: float | None = None):
         """Rows of ``batch`` to ingest (None = all): :func:`.admission.ingest_fraction`
-        of the tick's income and account, chosen by :func:`.admission.keep_mask`."""
+        of the tick's income, chosen by :func:`.admission.keep_mask`.  Never
+        with a shared source (``bind``: the engine's index already holds the
+        tuples and the source maps the rows it is given in order)."""
+        if any(hasattr(src, "bind") for src in self.sources):
+            return None   # a shared index (fed by the engine) holds every tuple anyway: nothing to shed
         f = ingest_fraction(income, len(batch), self._insert_price()) if fraction is None else fraction
         keep = keep_mask(getattr(batch, self.key), batch.seq, f, self.seed, self.preference != "weighted")
         if keep is not None:
