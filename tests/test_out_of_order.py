@@ -120,3 +120,16 @@ def test_timeout_releases_and_marks_results_possibly_imprecise():
     (mark,) = q.possibly_imprecise()
     assert mark["stream"] == "S" and mark["from"] == 1.0 and mark["reason"] == "slack timeout"
     assert eng.stream("S").stats()["slack_released_by_timeout"] == 2
+
+
+def test_slack_declared_in_sql():
+    eng = Engine()
+    eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts SLACK 2 SECONDS; CREATE STREAM T (v DOUBLE) TIMESTAMP ts")
+    assert eng.stream("S").knobs()["slack"] == 2.0 and eng.stream("T").knobs()["slack"] == 0.0
+    q = eng.register("SELECT v FROM S [UNBOUNDED]")
+    eng.push("S", {"ts": [3.0, 1.5, 4.0], "v": [3.0, 1.5, 4.0]})      # W = 2: 1.5 released
+    eng.push("S", {"ts": [2.5], "v": [2.5]})                             # within the slack
+    eng.heartbeat("S", 10.0)
+    assert q.changes().columns["v"].tolist() == [1.5, 2.5, 3.0, 4.0]     # in timestamp order
+    eng.execute("CREATE STREAM U (v DOUBLE) SLACK 500 MS")
+    assert eng.stream("U").knobs()["slack"] == 0.5

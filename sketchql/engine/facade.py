@@ -71,7 +71,13 @@ class Engine:
 
     def _execute_stmt(self, s, sql):
         if isinstance(s, A.CreateStream):
-            return self._create_relation(s.name, s.columns, s.timestamp, False, s.pos)
+            self._create_relation(s.name, s.columns, s.timestamp, False, s.pos)
+            slack = getattr(s, "slack", None)
+            if slack is not None:                 # CREATE STREAM ... SLACK d: the stream's slack knob
+                if not slack >= 0:
+                    raise SketchQLSemanticError(f"SLACK must be >= 0 seconds, got {slack:g}", *s.pos)
+                self._streams[s.name.lower()].set_knob("slack", float(slack))
+            return None
         if isinstance(s, A.CreateTable):
             return self._create_relation(s.name, s.columns, None, True, s.pos)
         if isinstance(s, A.CreateSummary):

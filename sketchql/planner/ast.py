@@ -300,6 +300,7 @@ class CreateStream:
     name: str
     columns: list
     timestamp: Optional[str] = None
+    slack: Optional[float] = None       # SLACK d: seconds of out-of-order input accepted (engine.ordering)
     pos: Pos = field(default=(None, None), compare=False, repr=False)
 
 

@@ -24,7 +24,8 @@ start: statement (";" statement)* ";"?
 explain_stmt: "EXPLAIN"i query
 
 // ---------------------------------------------------------------- DDL
-create_stream: "CREATE"i "STREAM"i name "(" coldef ("," coldef)* ")" ts_clause?
+create_stream: "CREATE"i "STREAM"i name "(" coldef ("," coldef)* ")" ts_clause? slack_clause?
+slack_clause: "SLACK"i duration
 ts_clause: TIMESTAMP_KW name
 create_table: "CREATE"i ("TABLE"i | "RELATION"i) name "(" coldef ("," coldef)* ")"
 coldef: name type_name

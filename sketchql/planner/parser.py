@@ -470,11 +470,15 @@ class _ToAST(Transformer):
     def ts_clause(self, meta, ch):
         return ("ts", [c for c in ch if isinstance(c, _Name)][0].s)
 
+    def slack_clause(self, meta, ch):
+        return ("slack", ch[0].v)
+
     def create_stream(self, meta, ch):
         nm = ch[0]
         cols = [c for c in ch if isinstance(c, A.ColumnDef)]
-        ts = [c[1] for c in ch if isinstance(c, tuple)]
-        return A.CreateStream(nm.s, cols, ts[0] if ts else None, pos=_pos(meta))
+        ts = [c[1] for c in ch if isinstance(c, tuple) and c[0] == "ts"]
+        slack = [c[1] for c in ch if isinstance(c, tuple) and c[0] == "slack"]
+        return A.CreateStream(nm.s, cols, ts[0] if ts else None, slack[0] if slack else None, pos=_pos(meta))
 
     def create_table(self, meta, ch):
         nm = [c for c in ch if isinstance(c, _Name)][0]
