@@ -122,3 +122,31 @@ def test_explain_and_dropping_a_query():
     eng.push("S", {"ts": [20.0], "k": [1], "v": [5.0]})
     assert q2.snapshot()["s"].tolist() == [8.0]
     assert eng.sharing.stats()["store_consumers"] == 1
+
+
+def test_sql_selections_over_one_stream_share_one_pt_selection():
+    def run(share):
+        eng = Engine(seed=2)
+        eng.set_control("share_plans", share)
+        eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
+        qs = [eng.register(f"SELECT S.k FROM S [RANGE 20] WHERE S.k BETWEEN {lo} AND {hi} "
+                           "WITH PREFERENCE desc S.k WITHIN 100000 PROBES PER TUPLE")
+              for lo, hi in [(0, 9), (5, 30), (40, 60)]]
+        for q in qs:
+            q.set_knob("retain_changes", None)
+        rng = np.random.default_rng(1)
+        k = rng.integers(0, 80, 600)
+        ts = np.sort(rng.uniform(0, 60, 600))
+        for i in range(0, 600, 50):
+            eng.push("S", {"ts": ts[i:i + 50], "k": k[i:i + 50], "v": np.zeros(len(k[i:i + 50]))})
+        eng.heartbeat("S", 100.0)
+        return qs, (ts, k)
+    shared, (ts, k) = run(True)
+    private, _ = run(False)
+    ops = {id(n.op.op) for q in shared for n in q.plan.nodes if n.kind == "pt_select"}
+    assert len(ops) == 1                                              # one PTSelection, three queries
+    assert len({id(n.op.op) for q in private for n in q.plan.nodes if n.kind == "pt_select"}) == 3
+    for (lo, hi), a, b in zip([(0, 9), (5, 30), (40, 60)], shared, private):
+        got = sorted(a.results()["k"].tolist())
+        assert got == sorted(k[(k >= lo) & (k <= hi)].tolist())     # ample budget: the exact selection
+        assert got == sorted(b.results()["k"].tolist())

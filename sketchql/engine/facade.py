@@ -53,6 +53,8 @@ class Engine:
         self.constraints = ConstraintRegistry(self)
         #: shared window stores and operators across queries (sketchql.engine.sharing)
         self.sharing = Sharing(self)
+        self._selection_pool: dict = {}    # shared PT selections (planner.promising_single)
+        self._explaining = False
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
         self.scheduler = None
         self.controls = ControlTables(self)
@@ -182,10 +184,13 @@ class Engine:
         if not explain:
             return self._promising(plan)
         try:
+            self._explaining = True
             return self._promising(plan)
         except SketchQLSemanticError as e:
             plan.engine_reason += f"; cannot run it: {e.args[0] if e.args else e}"
             return plan
+        finally:
+            self._explaining = False
 
     def explain(self, sql: str) -> str:
         """The plan of a query (``EXPLAIN`` prefix optional) as text."""
@@ -260,7 +265,10 @@ class Engine:
         from ..planner.promising_plan import promising_plan
         if len(plan.bound.streams) == 1 and not plan.bound.tables:
             from ..planner.promising_single import promising_single_plan
-            mapped = promising_single_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND)
+            mapped = promising_single_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND,
+                                           selection_pool=self._selection_pool if (
+                                               self.runtime["share_plans"] and self.scheduler is None
+                                               and not self._explaining) else None)
             if mapped is not None:
                 return mapped
             from ..planner.promising_single import SINGLE_UNSUPPORTED

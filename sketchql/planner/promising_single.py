@@ -94,7 +94,11 @@ class _Base:
     def _feed(self, rows) -> Optional[dict]:
         from ..operators.promising import make_batch
         if rows is None or not len(rows):
-            self.op.tick(self._empty(), np.zeros(0))
+            group = getattr(self, "group", None)
+            if group is None or group.ticked_at != self._now:
+                if group is not None:
+                    group.ticked_at = self._now
+                self.op.tick(self._empty(), np.zeros(0))
             return None
         ts = rows.rows.ts
         o = np.lexsort((rows.rid, ts))
@@ -107,7 +111,15 @@ class _Base:
         units = float(self.budget_units())
         self.units_given += units * n
         self.tuples_in += n
-        self.op.tick(make_batch(np.zeros(n, np.int64), ts[o], seq, **cols), np.full(n, units))
+        group = getattr(self, "group", None)
+        if group is None:
+            self.op.tick(make_batch(np.zeros(n, np.int64), ts[o], seq, **cols), np.full(n, units))
+        elif group.ticked_at != self._now:
+            # one tick per step for every query sharing the operator (identical arrivals); it brings
+            # the budgets of all of them, split by the operator among its queries
+            group.ticked_at = self._now
+            total = float(sum(m.budget_units() for m in group.members))
+            self.op.tick(make_batch(np.zeros(n, np.int64), ts[o], seq, **cols), np.full(n, total))
         return {"seq": seq, "order": o}
 
     def stats(self) -> dict:
@@ -142,16 +154,20 @@ class PTSelectNode(_Base):
         self._store_seq = np.zeros(0, np.int64)
         self._done = 0                # results already reported
         self._emitted = np.zeros(0, np.int64)   # scan rids reported and not yet expired (sorted)
+        self.qi = 0                   # this query's index in a shared PTSelection
+        self.group = None             # SelectionGroup when several queries share the operator
+        self._now = None
 
     def step(self, now: float, ch=None) -> Optional[Changes]:
         now = float(now)
+        self._now = now
         rows, dels = _arrivals(ch)
         info = self._feed(rows)
         if info is not None:
             new = rows.take(info["order"])
             self._store = new if self._store is None else _cat(self._store, new)
             self._store_seq = np.concatenate([self._store_seq, info["seq"]])
-        res = self.op.results()[0]
+        res = self.op.results()[self.qi]
         fresh = res[self._done:]
         self._done = len(res)
         parts = []
@@ -333,8 +349,43 @@ def _window(scan: PlanNode, bq) -> Optional[float]:
     return None
 
 
-def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: float):
-    """Rewrite a single-stream selection / aggregate plan (module doc); ``None`` if it does not fit."""
+class SelectionGroup:
+    """SQL selections over one stream sharing one PTSelection (one query per range): the
+    operator is ticked once per step with every member's budget; member i reads result i."""
+
+    def __init__(self, op):
+        self.op = op
+        self.members: list = []
+        self.ticked_at = None
+
+
+def _add_range_query(sel, lo, hi) -> Optional[int]:
+    """Add the range query ``[lo, hi]`` to a PTSelection that has not received data yet (its
+    per-query state is then empty); returns its index, or None when it cannot be added."""
+    from ..operators.promising.selection import RangeQuery
+    per_query = ("_t_start", "_pending", "_upto", "_upto_t", "_zone_t", "_account", "_out", "_q_buckets")
+    if sel.stats().get("tuples_in", 1) or not all(hasattr(sel, a) for a in per_query + ("_share",)):
+        return None
+    q = RangeQuery(float(lo), float(hi), sel.attr)
+    sel.queries.append(q)
+    sel._t_start.append(sel._t_start[0] if sel._t_start else -math.inf)
+    for a in ("_pending", "_out"):
+        getattr(sel, a).append([])
+    for a in ("_upto", "_upto_t", "_zone_t"):
+        getattr(sel, a).append({})
+    sel._account.append(0.0)
+    sel._q_buckets.append(sel._buckets_of(q))
+    w = np.array([x.weight for x in sel.queries], np.float64)
+    sel._share = w / w.sum()
+    return len(sel.queries) - 1
+
+
+def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: float, selection_pool=None):
+    """Rewrite a single-stream selection / aggregate plan (module doc); ``None`` if it does not fit.
+
+    ``selection_pool`` (a dict owned by the engine): range selections over the same stream,
+    column, window and remaining filters, registered before data arrived, share one
+    PTSelection (one query each; the many-queries operator of paper Figure 8)."""
     from ..operators.promising import build_promising_operator
 
     bq = plan.bound
@@ -372,13 +423,27 @@ def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: floa
         parent = parents.get(id(scan))
         if parent is None:
             return None
-        op = build_promising_operator({"kind": "selection", "predicates": [(lo, hi)], "key": col,
-                                       "window": None if math.isinf(window) else window, "seed": seed})
+        key = (src.schema.name.lower(), col.lower(), window, repr([str(c) for c in rest]))
+        group, qi = (selection_pool or {}).get(key), None
+        if group is not None:
+            qi = _add_range_query(group.op, lo, hi)
+        if qi is None:
+            op = build_promising_operator({"kind": "selection", "predicates": [(lo, hi)], "key": col,
+                                           "window": None if math.isinf(window) else window, "seed": seed})
+            group, qi = SelectionGroup(op), 0
+            if selection_pool is not None:
+                selection_pool[key] = group
+        op = group.op
         node = PlanNode("pt_select", f"PromisingTupleSelection {src.alias}.{col} BETWEEN {lo:g} AND {hi:g} "
                         f"PREFERENCE desc WINDOW {wtxt}", children=[scan],
                         params={"attr": col, "lo": lo, "hi": hi, "window_s": window},
                         op=PTSelectNode(op, col, window, budget_units), pattern=scan.pattern,
                         structure="PT region index (value buckets x time zones) + pending-region heap")
+        node.op.qi = qi
+        if len(group.op.queries) > 1 or selection_pool is not None:
+            group.members.append(node.op)
+            node.op.group = group
+        node.params["shared_selection"] = len(group.members)
         parent.children = [node if c is scan else c for c in parent.children]
         scan.params["pushed"] = rest
         plan.engine_reason += "; PTSelection (tuples found within the budget)"
