@@ -17,10 +17,10 @@ are identical, only *when* they appear depends on the scheduler.
 >>> q = eng.register("SELECT v FROM S [RANGE 5] WHERE v > 1")
 >>> eng.set_control("scheduler", "chain"); eng.set_control("work_per_push", 0)
 >>> eng.push("S", {"ts": [1.0, 2.0], "v": [1.0, 3.0]})
->>> len(q.changes()), eng.scheduler.queued() > 0
-(0, True)
->>> _ = eng.run(); q.snapshot()["v"].tolist(), eng.scheduler.queued()
-([3.0], 0.0)
+>>> len(q.changes()), q.stats()["pending_tuples"]    # the scan has not run: v = 3 waits
+(0, 1)
+>>> _ = eng.run(); q.snapshot()["v"].tolist(), q.stats()["pending_tuples"], eng.scheduler.queued()
+([3.0], 0, 0.0)
 """
 from __future__ import annotations
 
