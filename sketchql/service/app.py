@@ -74,7 +74,7 @@ from ..errors import SketchQLError
 from . import models as M
 from .dashboard import dashboard_redirect, router as dashboard_router
 from .errors import ApiError, limit_exceeded
-from .ingest import ARROW_TYPES, NDJSON_TYPES, parse_batch
+from .ingest import ARROW_TYPES, NDJSON_TYPES, media_type, parse_batch
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
 from .sse import result_events
@@ -434,17 +434,21 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     @app.post("/streams/{name}/batches", tags=["streams"], response_model=M.BatchReceipt, responses=_ERR,
               openapi_extra=_BATCH_BODY)
     async def push_batch(name: str, request: Request):
-        schema = await run_in_threadpool(state.schema, name)      # 404 before reading the body
-        try:
-            body = await read_body(request, limits.max_body_bytes)
-            cols, n = await run_in_threadpool(parse_batch, body, request.headers.get("content-type"),
-                                              schema, limits.max_batch_rows)
-        except ApiError as exc:
-            state.reject(schema.name, getattr(exc, "rows_seen", 0))
-            raise
-        from .ingest import media_type
-        raw = body if media_type(request.headers.get("content-type")) in ARROW_TYPES else None
-        return await run_in_threadpool(state.push, schema.name, cols, n, True, raw)
+        schema = state.engine.catalog.get(name)                  # 404 before reading the body
+        if schema is None:
+            await run_in_threadpool(state.schema, name)
+        body = await read_body(request, limits.max_body_bytes)
+        ctype = request.headers.get("content-type")
+
+        def work():                                              # one thread-pool hop: parse, apply, log
+            try:
+                cols, n = parse_batch(body, ctype, schema, limits.max_batch_rows)
+            except ApiError as exc:
+                state.reject(schema.name, getattr(exc, "rows_seen", 0))
+                raise
+            raw = body if media_type(ctype) in ARROW_TYPES else None
+            return state.push(schema.name, cols, n, True, raw)
+        return await run_in_threadpool(work)
 
     @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
     async def heartbeat(name: str, body: M.Heartbeat):
