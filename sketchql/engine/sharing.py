@@ -310,6 +310,8 @@ class SharedConsumer:
         return {**d, "shared_consumers": len(self.shared.positions), "shared_queue_rows": self.shared.queued_rows()}
 
     def __getattr__(self, name):            # knobs, probe orders, ... of the real operator
+        if name.startswith("__") or name in ("shared", "cid"):   # (e.g. while unpickling)
+            raise AttributeError(name)
         return getattr(self.shared.op, name)
 
 
