@@ -271,8 +271,15 @@ class EngineAllocator:
         self._last_plan_t = now if now is not None else self._last_plan_t
         self._rates_at_plan = {n: mt.rate() for n, mt in self.m.meters.items()}
         self._stats_at_plan = {qp.q.id: self._stat_sig(qp) for qp in tunable}
+        # the shadow exact plans (audits: ~2 × share of a window; ON MISS EXACT: a standby) are
+        # reported, not charged: they measure the approximation, they are not part of it
+        shadow_mem = 0.0
+        for qp in tunable:
+            share = 1.0 if qp.contract.on_miss == "exact" else min(1.0, 2.0 * qp.audit_share)
+            shadow_mem += self._resources_full(qp)[0] * share
         self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
                           "memory_exact_queries": fixed_mem, "cpu_exact_queries": fixed_cpu,
+                          "memory_shadow_plans": shadow_mem,
                           "per_query": per, "objective": new_obj, "method": method}
         self.history.append({"t": now, "reason": reason, "objective": new_obj})
         self.history = self.history[-200:]
