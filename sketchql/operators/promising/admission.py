@@ -31,8 +31,10 @@ Rules (:class:`~.join.PTJoin`):
   ``c_plan`` stays within half the account (:func:`plan_count`): planning
   never eats the whole budget, leaving nothing to probe.  Which
   ones: the ``k`` with the smallest seeded hash of their row id (a uniform
-  sample).  The operator then keeps the unspent account (it is not idle)
-  until an arrival can be planned.
+  sample).  The others wait in a planning backlog: once the queue is empty
+  the account left (a later tick, idle time, a heartbeat) plans the newest
+  of them that are still in the window; the operator keeps the unspent
+  account meanwhile (it is not idle).
 * *Probe*: a batch is cut where its estimated cost reaches the account
   (:meth:`~.join.PTJoin.drain`).
 

@@ -92,8 +92,8 @@ from ...summaries.hashing import hash64
 from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
-from .admission import (chunk_span, concat_batches, ingest_fraction, keep_mask, plan_count, plan_rows,
-                        time_chunks)
+from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, ingest_fraction, keep_mask,
+                        plan_count, plan_rows, time_chunks)
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 
@@ -169,6 +169,7 @@ class PTJoin(PairOutput):
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
         self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
+        self._backlog = {"side": [], "ts": [], "seq": [], "val": []}   # arrivals not planned yet
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.aging = self._aging_rate(aging)
@@ -188,7 +189,8 @@ class PTJoin(PairOutput):
                        "outputs": 0, "entries": 0, "discarded": 0, "tuples_in": 0, "duplicates_skipped": 0, "sweeps": 0,
                        "discarded_partners_expired": 0, "batches": 0, "max_batch_work": 0.0,
                        "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0,
-                       "max_forced": 0.0, "max_plan_overrun": 0.0, "deferred_ticks": 0}
+                       "max_forced": 0.0, "max_plan_overrun": 0.0, "deferred_ticks": 0,
+                       "backlog_planned": 0, "unplanned_expired": 0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -344,7 +346,47 @@ class PTJoin(PairOutput):
             m = pick[side_of[pick] == sd]
             if m.shape[0]:
                 out.append((sd, np.sort(rows[m])))
+        # the others wait in the planning backlog: budget left after probing
+        # (later ticks, idle time, heartbeats) plans them while they are in the window
+        rest = np.ones(rows.shape[0], bool)
+        rest[pick] = False
+        if rest.any():
+            r = rows[rest]
+            keys = getattr(batch, self.key)
+            bl = self._backlog
+            bl["side"].append(side_of[rest].astype(np.int8)); bl["ts"].append(batch.ts[r])
+            bl["seq"].append(batch.seq[r]); bl["val"].append(keys[r])
         return out
+
+    def _plan_backlog(self) -> int:
+        """Plan arrivals of the backlog (admit_plan) with the account left once
+        the queue is empty: the expired ones are dropped, then the newest
+        ``plan_count`` of them are planned (the same half-the-account rule).
+        Returns how many were planned."""
+        bl = self._backlog
+        if not bl["ts"]:
+            return 0
+        cols = {k: (np.concatenate(v) if len(v) > 1 else v[0]) for k, v in bl.items()}
+        o = np.argsort(cols["ts"], kind="stable")
+        cols = {k: v[o] for k, v in cols.items()}
+        if math.isfinite(self.window):
+            alive = cols["ts"] > self.now - self.window
+            self._stats["unplanned_expired"] += int((~alive).sum())
+            cols = {k: v[alive] for k, v in cols.items()}
+        n = cols["ts"].shape[0]
+        k = plan_count(self.account, n, self._plan_cost) if n else 0
+        take = np.arange(n - k, n)          # the newest k
+        rest = np.arange(0, n - k)
+        for key, v in cols.items():
+            bl[key] = [v[rest]] if rest.shape[0] else []
+        if not k:
+            return 0
+        self._stats["backlog_planned"] += k
+        b = _cols_batch({"ts": cols["ts"][take], "seq": cols["seq"][take], self.key: cols["val"][take]})
+        side = cols["side"][take]
+        sides = [(sd, np.flatnonzero(side == sd)) for sd in (0, 1) if (side == sd).any()]
+        self.plan(b, sides)
+        return k
 
     def ingest(self, batch, keep=None):
         """Step 1 (Summarize): put the batch (the rows of ``keep``, default
@@ -507,7 +549,7 @@ class PTJoin(PairOutput):
         """Nothing left to probe: idle time cannot be banked -- unless arrivals
         went unplanned for lack of budget (admit_plan), then the account is
         kept until one can be planned."""
-        if self._starved:
+        if self._starved or self._backlog["ts"]:
             self._starved = False
         else:
             self.account = min(self.account, 0.0)
@@ -560,6 +602,14 @@ class PTJoin(PairOutput):
         anything but the ingest runs (:mod:`.admission`).
         ``k`` adapts: ~1.5 x the entries the account covers at the recent mean
         estimated cost per entry (at most 4096)."""
+        self._drain_queue()
+        while self.account > 0 and not len(self.queue) and self._backlog["ts"]:
+            if not self._plan_backlog():
+                break
+            self._drain_queue()
+
+    def _drain_queue(self) -> None:
+        """Probe the queue with the account (:meth:`drain`)."""
         if self.probe_batch == 1:
             return self._drain_serial()
         if self.account <= 0 or not len(self.queue):
