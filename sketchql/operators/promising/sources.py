@@ -376,8 +376,9 @@ class SharedIndexSource(IndexSource):
     * ``regions`` / ``total`` / ``cell_end*`` / ``rest_cells*`` read the shared
       index as is (estimates over the whole stream).
 
-    Memory: 16 bytes per accepted tuple of the last ``2 w`` seconds (the
-    mapping), against the index's sketch tables and tuple lists.
+    Memory: 8 bytes (two int32 offsets) per accepted tuple of the last ``w``
+    seconds (plus the current ingest), against the index's sketch tables and
+    tuple lists.
 
     >>> import numpy as np
     >>> from sketchql.index import StreamIndex, SummaryDeclaration
@@ -398,9 +399,13 @@ class SharedIndexSource(IndexSource):
     def __init__(self, window: float, index):
         super().__init__(window, index=index)
         self.window = float(window)
-        self._rows = np.zeros(0, np.int64)     # stream rows accepted, increasing
-        self._seqs = np.zeros(0, np.int64)     # their seqs
-        self._mts = np.zeros(0, np.float64)    # their timestamps (pruning)
+        # the mapping, compact: int32 offsets from a base (rows accepted, increasing; their seqs)
+        self._rbase = 0
+        self._sbase = 0
+        self._rows = np.zeros(0, np.int32)
+        self._seqs = np.zeros(0, np.int32)
+        self._first = 0                        # absolute index of _rows[0]
+        self._marks = ([], [])                 # per ingest: absolute end index, newest ts (pruning)
         self._bound = None
 
     # -- the per-query mapping ------------------------------------------------
@@ -434,39 +439,69 @@ class SharedIndexSource(IndexSource):
         ts = np.asarray(ts, np.float64)
         o = np.argsort(rows, kind="stable")
         rows, rids, ts = rows[o], rids[o], ts[o]
-        if self._rows.shape[0] and rows[0] <= self._rows[-1]:
-            # rows of another side interleave (never for one stream); merge
-            allr = np.concatenate([self._rows, rows])
+        if not self._rows.shape[0]:
+            self._rbase, self._sbase = int(rows[0]), int(rids.min())
+        self._rebase(int(rows.max()), int(rids.min()), int(rids.max()))
+        r32 = (rows - self._rbase).astype(np.int32)
+        s32 = (rids - self._sbase).astype(np.int32)
+        if self._rows.shape[0] and r32[0] <= self._rows[-1]:
+            # rows of another side interleave (never for one stream): merge, stop pruning what was there
+            allr = np.concatenate([self._rows, r32])
             oo = np.argsort(allr, kind="stable")
-            self._rows, self._seqs = allr[oo], np.concatenate([self._seqs, rids])[oo]
-            self._mts = np.concatenate([self._mts, ts])[oo]
+            self._rows, self._seqs = allr[oo], np.concatenate([self._seqs, s32])[oo]
+            self._marks = ([], [])
         else:
-            self._rows = np.concatenate([self._rows, rows])
-            self._seqs = np.concatenate([self._seqs, rids])
-            self._mts = np.concatenate([self._mts, ts])
-        self._prune(float(ts.max()))
+            self._rows = np.concatenate([self._rows, r32])
+            self._seqs = np.concatenate([self._seqs, s32])
+        self._marks[0].append(self._first + self._rows.shape[0])
+        self._marks[1].append(float(ts.max()))
+        self._prune(float(ts.min()))
         return int(rids.shape[0])
 
-    def _prune(self, now: float) -> None:
-        if not math.isfinite(self.window):
+    def _rebase(self, row_max: int, seq_min: int, seq_max: int) -> None:
+        """Keep the int32 offsets in range (the mapping spans ~one window of rows)."""
+        lim = 2 ** 31 - 1
+        if row_max - self._rbase >= lim and self._rows.shape[0]:
+            nb = self._rbase + int(self._rows[0])
+            self._rows = (self._rows.astype(np.int64) - (nb - self._rbase)).astype(np.int32)
+            self._rbase = nb
+        if (seq_max - self._sbase >= lim or seq_min < self._sbase) and self._seqs.shape[0]:
+            nb = min(self._sbase + int(self._seqs.min()), seq_min)
+            self._seqs = (self._seqs.astype(np.int64) - (nb - self._sbase)).astype(np.int32)
+            self._sbase = nb
+        if row_max - self._rbase >= lim or seq_max - self._sbase >= lim:
+            from ...errors import SketchQLError
+            raise SketchQLError("shared index source: the mapping spans more than 2^31 rows")
+
+    def _prune(self, t0: float) -> None:
+        """Drop the entries of ingests whose newest tuple is <= t0 - w: the operator's probes
+        after an arrival at t0 only look for partners younger than t0 - w (exact)."""
+        if not math.isfinite(self.window) or not self._marks[0]:
             return
-        old = self._mts <= now - 2.0 * self.window
-        k = int(old.sum())
-        if k and 2 * k >= old.shape[0]:
-            keep = ~old
-            self._rows, self._seqs, self._mts = self._rows[keep], self._seqs[keep], self._mts[keep]
+        ends, tmax = self._marks
+        k = int(np.searchsorted(np.asarray(tmax), t0 - self.window, side="right"))
+        # marks are in ingest order; their newest ts only grows for one stream
+        if k == 0:
+            return
+        cut = ends[k - 1] - self._first
+        if cut > 0 and 4 * cut >= self._rows.shape[0]:     # amortized: compact when a quarter is old
+            self._rows, self._seqs = self._rows[cut:], self._seqs[cut:]
+            self._first += cut
+            del ends[:k], tmax[:k]
 
     def _translate(self, rows):
-        rows = np.asarray(rows, np.int64)
+        rows = np.asarray(rows, np.int64) - self._rbase
+        n = self._rows.shape[0]
+        if not n:
+            return np.zeros(rows.shape[0], np.int64), np.zeros(rows.shape[0], bool)
         i = np.searchsorted(self._rows, rows)
-        ok = i < self._rows.shape[0]
+        ok = i < n
         ok[ok] = self._rows[i[ok]] == rows[ok]
-        return np.where(ok, self._seqs[np.minimum(i, max(self._rows.shape[0] - 1, 0))] if self._rows.shape[0]
-                        else 0, 0), ok
+        return np.where(ok, self._seqs[np.minimum(i, n - 1)].astype(np.int64) + self._sbase, 0), ok
 
     @property
     def mapping_nbytes(self) -> int:
-        return int(self._rows.nbytes + self._seqs.nbytes + self._mts.nbytes)
+        return int(self._rows.nbytes + self._seqs.nbytes + 16 * len(self._marks[0]))
 
     # -- probes: the shared index, filtered to the query's tuples ------------
     def scan(self, cell, value, t_from, t_to):
