@@ -218,6 +218,7 @@ def approximate_plan(plan, seed: int = 0, qid: int = 0,
     info = ApproxInfo(samplers, agg, conf, "distinct" if distinct else "aggregate", intervals,
                       list(specs), streams, windows)
     plan.approx = info
+    plan.engine = "approximate"          # EXPLAIN, the control tables and the dashboard say so
     plan.approx_reason = (f"approximate: {'universe' if distinct else 'Bernoulli'} sampling at each input, "
                           f"scaled estimates with {conf:g} intervals (contract error {bq.contract.error:g})")
     plan.engine_reason = (plan.engine_reason + "; " if plan.engine_reason else "") + plan.approx_reason

@@ -64,6 +64,11 @@ DEMO_QUERIES = [
     "WITH ERROR 0.05 CONFIDENCE 0.95",
 ]
 
+#: knobs set on demo queries after registration (by position in DEMO_QUERIES): the contract query
+#: audits every other window against a shadow exact plan, so the dashboard shows audited next to
+#: estimated error
+DEMO_KNOBS = {5: {"audit_share": 0.5}}
+
 #: the ids (1-based, in registration order) of the three standing queries the dashboard leads with:
 #: the desc PT-Join, the asc (outlier) PT-Join and the AVG with an error contract
 DASHBOARD_QUERIES = (4, 5, 6)
@@ -124,8 +129,11 @@ class DemoFeeder:
     def setup(self):
         st = self.state
         st.execute_ddl(DEMO_DDL)
-        for sql in DEMO_QUERIES:
-            self.query_ids.append(st.register(sql)["id"])
+        for i, sql in enumerate(DEMO_QUERIES):
+            qid = st.register(sql)["id"]
+            self.query_ids.append(qid)
+            if i in DEMO_KNOBS:
+                st.set_controls("query", f"q{qid}", DEMO_KNOBS[i])
         self._data = demo_data(self.max_tuples, self.seed, self.mean_interarrival)
         st.demo = self
 

@@ -66,6 +66,9 @@ class FeederState:
     def register(self, sql):
         return self._state.register(sql)
 
+    def set_controls(self, kind, name, values):
+        return self._state.set_controls(kind, name, values)
+
     @property
     def demo(self):
         return self._state.demo
