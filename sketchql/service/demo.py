@@ -65,9 +65,9 @@ DEMO_QUERIES = [
 ]
 
 #: knobs set on demo queries after registration (by position in DEMO_QUERIES): the contract query
-#: audits every other window against a shadow exact plan, so the dashboard shows audited next to
-#: estimated error
-DEMO_KNOBS = {5: {"audit_share": 0.5}}
+#: audits every other window and the two PT joins every fourth against a shadow exact plan, so the
+#: dashboard shows audited error and recall next to the estimated ones
+DEMO_KNOBS = {3: {"audit_share": 0.25}, 4: {"audit_share": 0.25}, 5: {"audit_share": 0.5}}
 
 #: the ids (1-based, in registration order) of the three standing queries the dashboard leads with:
 #: the desc PT-Join, the asc (outlier) PT-Join and the AVG with an error contract
