@@ -17,8 +17,11 @@ Measured (one process, the same seeded data for every configuration):
    windows and operators, a private index per PT join side, the declared
    summaries still maintained for the estimate endpoint).  Peak memory =
    bytes of every window / window store, operator synopsis, PT region index
-   (each distinct index once) and per-query PT state (member store,
-   seq mapping), sampled after every push.  Throughput = tuples pushed / wall
+   (each distinct index once) and per-query PT state (member store, seq
+   mapping, priority queue), sampled after every push.  Result relations are
+   not plan state and are left out for every query alike: the exact queries'
+   result views, and the PT joins' produced pairs waiting for their expiry
+   (``_pend_*``, printed apart as ``pt_results``).  Throughput = tuples pushed / wall
    seconds.  Both runs' results are checked to be equal.
 2. *PT index memory*: region-index bytes (indexes + per-query mappings) for
    ten preference queries against one, sharing on.
@@ -93,13 +96,15 @@ def _arrays_nbytes(obj, depth=0) -> int:
     if d is None:
         return 0
     return sum(_arrays_nbytes(v, depth + 1) for k, v in d.items()
-               if k not in ("ix", "index", "sources", "op", "shared", "store", "queue", "_engine"))
+               if k not in ("ix", "index", "sources", "op", "shared", "store", "queue", "_engine")
+               and not k.startswith("_pend_"))
 
 
 def memory(eng) -> dict:
     """Peak-relevant bytes: windows / stores, operator synopses, region indexes, PT state, queues."""
     from sketchql.engine.sharing import SharedConsumer, StoreScan
     seen, parts = set(), {"windows": 0, "operators": 0, "indexes": 0, "pt_state": 0, "queues": 0}
+    pt_results = 0
     for d in eng.catalog.summaries:                            # declared (and engine-declared) indexes
         for ix in (d.index or {}).values():
             seen.add(id(ix))
@@ -125,11 +130,14 @@ def memory(eng) -> dict:
                         seen.add(id(ix))
                         parts["indexes"] += int(ix.nbytes)
                     parts["indexes"] += int(getattr(s, "mapping_nbytes", 0))
-                parts["pt_state"] += _arrays_nbytes(op) + int(getattr(inner.queue, "nbytes", 0) or 0)
+                q = inner.queue
+                parts["pt_state"] += _arrays_nbytes(op) + int(getattr(q, "nbytes", 0) or _arrays_nbytes(q))
+                pt_results += sum(_arrays_nbytes(v) for k, v in op.__dict__.items() if k.startswith("_pend_"))
                 continue
             key = "windows" if n.kind == "scan" else "operators"
             parts[key] += _arrays_nbytes(op)
     parts["total"] = sum(parts.values())
+    parts["pt_results"] = pt_results            # not in the total (module doc)
     return parts
 
 
@@ -212,10 +220,10 @@ def main(argv=None):
     eng_u, qs_u, peak_u, tp_u = run_set(data, False, EXACT + PT, batch)
     same_exact = all(x.equals(y) for x, y in zip(_answers(qs_s[:len(EXACT)]), _answers(qs_u[:len(EXACT)])))
     print(f"{'':<10}{'peak bytes':>13}{'windows':>11}{'operators':>11}{'indexes':>13}{'pt_state':>13}"
-          f"{'queues':>9}{'tuples/s':>11}")
+          f"{'queues':>9}{'tuples/s':>11}{'pt_results':>13}")
     for name, pk, tp in (("shared", peak_s, tp_s), ("unshared", peak_u, tp_u)):
         print(f"{name:<10}{pk['total']:>13,}{pk['windows']:>11,}{pk['operators']:>11,}{pk['indexes']:>13,}"
-              f"{pk['pt_state']:>13,}{pk['queues']:>9,}{tp:>11,.0f}")
+              f"{pk['pt_state']:>13,}{pk['queues']:>9,}{tp:>11,.0f}{pk['pt_results']:>13,}")
     print(f"exact answers equal shared vs unshared: {same_exact}; sharing: {eng_s.sharing.stats()}")
 
     # 2. PT index memory: ten preference queries against one (sharing on)
