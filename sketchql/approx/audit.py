@@ -27,6 +27,9 @@ import math
 from typing import Optional
 
 import numpy as np
+import pandas as pd
+
+from .metrics import hist_mse, outlier_precision
 
 __all__ = ["compare_aggregate", "compare_sets", "AuditSchedule"]
 
@@ -70,21 +73,49 @@ def compare_aggregate(approx, exact, group_cols: list, intervals: dict, error: O
             "met_share": float(np.mean(rel <= error)) if (error is not None and len(rel)) else None}
 
 
-def compare_sets(approx, exact, cols: list) -> dict:
-    """Recall and false-positive rate of a multiset answer against the exact one."""
+def _row_labels(df, cols: list):
+    """One string label per row of ``df[cols]`` (column-wise concatenation, no per-row Python)."""
+    lab = None
+    for c in cols:
+        col = df[c].astype(str)
+        lab = col if lab is None else lab + "\x1f" + col
+    return lab
+
+
+def compare_sets(approx, exact, cols: list, value_col=None, k: int = 100, q: float = 0.05) -> dict:
+    """Recall and false-positive rate of a multiset answer against the exact one.
+
+    With ``value_col`` (a promising-tuple join's key column) also the paper's
+    Hist-MSE of that column (equation 2, ``k`` buckets) and the outlier
+    precision: the share of produced rows whose value is an outlier of the exact
+    answer -- a value whose exact output count is at most the ``q`` quantile of
+    those counts (for an equi-join the count of v is f_A(v) * f_B(v), so the
+    rarest join values).
+    """
     if not len(exact):
-        return {"recall": 1.0, "fp_rate": 0.0 if not len(approx) else 1.0, "n_exact": 0, "n_approx": int(len(approx))}
-    ka = approx[cols].astype(str).agg("\x1f".join, axis=1).value_counts() if len(approx) else None
-    ke = exact[cols].astype(str).agg("\x1f".join, axis=1).value_counts()
-    if ka is None:
-        hit = 0
-        na = 0
-    else:
+        return {"recall": 1.0, "fp_rate": 0.0 if not len(approx) else 1.0, "n_exact": 0,
+                "n_approx": int(len(approx)), "hist_mse": None, "outlier_precision": None}
+    ke = _row_labels(exact, cols).value_counts()
+    if len(approx):
+        ka = _row_labels(approx, cols).value_counts()
         j = ke.to_frame("e").join(ka.to_frame("a"), how="left").fillna(0)
         hit = float(np.minimum(j["e"], j["a"]).sum())
         na = float(ka.sum())
+    else:
+        hit = na = 0.0
     ne = float(ke.sum())
-    return {"recall": hit / ne, "fp_rate": (na - hit) / na if na else 0.0, "n_exact": int(ne), "n_approx": int(na)}
+    out = {"recall": hit / ne, "fp_rate": (na - hit) / na if na else 0.0, "n_exact": int(ne), "n_approx": int(na),
+           "hist_mse": None, "outlier_precision": None}
+    if value_col is not None and value_col in exact.columns and len(approx):
+        ev = pd.to_numeric(exact[value_col], errors="coerce").to_numpy(np.float64)
+        av = pd.to_numeric(approx[value_col], errors="coerce").to_numpy(np.float64)
+        ev, av = ev[np.isfinite(ev)], av[np.isfinite(av)]
+        if len(ev) and len(av):
+            out["hist_mse"] = hist_mse(ev, av, k)
+            vals, cnt = np.unique(ev, return_counts=True)
+            outliers = vals[cnt <= np.quantile(cnt, q, method="lower")]
+            out["outlier_precision"] = outlier_precision(av, outliers)
+    return out
 
 
 class AuditSchedule:

@@ -281,6 +281,16 @@ class QueryPrecision:
         self._on_miss(now, missed, est)
         self._record_series(now, est, audited, missed)
 
+    def _join_value_col(self, names) -> Optional[str]:
+        """The output column holding a promising-tuple join's key (for Hist-MSE / outliers), if any."""
+        if self.kind != "promising":
+            return None
+        for n in self.q.plan.nodes:
+            if n.kind == "pt_join":
+                keys = {str(k).lower() for k in n.params.get("keys", ())}
+                return next((c for c in names if c.lower() in keys or c.lower().split(".")[-1] in keys), None)
+        return None
+
     def _audit(self, now: float) -> Optional[dict]:
         if self.shadow is None or now < self._shadow_from or self.schedule.phase(now) != "compare":
             return None
@@ -295,7 +305,7 @@ class QueryPrecision:
             gcols = [c for c in ex_names if c not in vals]
             r = compare_aggregate(a, x, gcols, self.interval_cols(), self.contract.error)
         else:
-            r = compare_sets(a, x, ex_names)
+            r = compare_sets(a, x, ex_names, value_col=self._join_value_col(ex_names))
             r["rel_error"] = None
         r["t"] = now
         self.n_audits += 1
@@ -460,6 +470,8 @@ class QueryPrecision:
             if audited is not None:
                 e["audited_rel_error"] = audited.get("rel_error")
                 e["recall"] = audited.get("recall")
+                e["hist_mse"] = audited.get("hist_mse")
+                e["outlier_precision"] = audited.get("outlier_precision")
             return
         dt = now - self._last_t if np.isfinite(self._last_t) else None
         self._last_t = now
@@ -472,7 +484,8 @@ class QueryPrecision:
             "audited_rel_error": audited.get("rel_error") if audited else None,
             "recall": audited.get("recall") if audited else self.estimated_recall(),
             "coverage": audited.get("coverage") if audited else None,
-            "hist_mse": None, "outlier_precision": None, "output_rate": rate,
+            "hist_mse": audited.get("hist_mse") if audited else None,
+            "outlier_precision": audited.get("outlier_precision") if audited else None, "output_rate": rate,
             "budget_used": self.allocated.get("memory"), "sample_rate": self.sample_rate(),
             "shed_rate": float(max(h_shed)) if h_shed else 0.0, "missed": bool(missed),
             "mode": self.mode})

@@ -1,0 +1,39 @@
+"""Audits of set-valued answers: recall, false positives, Hist-MSE and outlier precision vs brute force."""
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from sketchql.approx.audit import compare_sets
+
+
+def test_compare_sets_against_brute_force():
+    rng = np.random.default_rng(7)
+    ex = pd.DataFrame({"k": rng.zipf(1.5, 3000) % 50, "t": rng.integers(0, 30, 3000)})
+    keep = rng.random(len(ex)) < 0.7
+    ap = pd.concat([ex[keep], pd.DataFrame({"k": [999, 999], "t": [1, 2]})], ignore_index=True)
+    r = compare_sets(ap, ex, ["k", "t"], value_col="k", k=100, q=0.05)
+    ce, ca = Counter(map(tuple, ex.to_numpy())), Counter(map(tuple, ap.to_numpy()))
+    hit = sum(min(c, ca[key]) for key, c in ce.items())
+    assert r["recall"] == hit / len(ex)
+    assert r["fp_rate"] == (len(ap) - hit) / len(ap)
+    # Hist-MSE (paper eq. 2): k equal buckets over the exact answer's value range
+    lo, hi = ex["k"].min(), ex["k"].max()
+    h1 = np.histogram(ex["k"], bins=100, range=(lo, hi))[0]
+    h2 = np.histogram(ap["k"][(ap["k"] >= lo) & (ap["k"] <= hi)], bins=100, range=(lo, hi))[0]
+    want = float((((h1 / h1.sum()) - (h2 / h2.sum())) ** 2).sum())
+    assert abs(r["hist_mse"] - want) < 1e-12 * max(1.0, want) + 1e-15
+    # outliers: values whose exact count is at most the 5 % quantile of the counts
+    cnt = ex["k"].value_counts()
+    outl = set(cnt[cnt <= np.quantile(cnt.to_numpy(), 0.05, method="lower")].index)
+    assert r["outlier_precision"] == np.mean([v in outl for v in ap["k"]])
+
+
+def test_compare_sets_identical_and_empty():
+    ex = pd.DataFrame({"k": [1, 2, 2, 3], "t": [0.5, 1.0, 1.0, 2.0]})
+    r = compare_sets(ex.copy(), ex, ["k", "t"], value_col="k")
+    assert r["recall"] == 1.0 and r["fp_rate"] == 0.0 and r["hist_mse"] == 0.0
+    r = compare_sets(ex.iloc[:0], ex, ["k", "t"], value_col="k")
+    assert r["recall"] == 0.0 and r["hist_mse"] is None
+    r = compare_sets(ex, ex.iloc[:0], ["k", "t"])
+    assert r["recall"] == 1.0 and r["fp_rate"] == 1.0
