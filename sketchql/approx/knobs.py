@@ -11,6 +11,8 @@ knob                   entity    what it does                                   
 ``outlier_share``      query     share of rows always kept (largest SUM/AVG arguments)       +     +     +
 ``audit_share``        query     share of windows recomputed by a shadow exact plan          +     +     0
 ``budget``             query     probes per tuple of a promising-tuple join                  0     +     +
+``window_scale``       query     RANGE windows run at scale·w (window reduction; refused     +     +     +
+                                 under DISTINCT / right of EXCEPT, NOT IN, NOT EXISTS)
 ``shed_rate``          stream    random drops at the input queue (all queries)               −     −     −
 ``shed_key``           stream    drop whole values (keeps COUNT(DISTINCT) unbiased)          0     0     0
 ``sample_rate``        stream    Bernoulli sampling before indexes and queries               +     +     +
@@ -18,10 +20,11 @@ knob                   entity    what it does                                   
 ``cpu_units_per_s``    engine    CPU budget (work units per second of data time)             0     +     +
 =====================  ========  =========================================================  ====  ====  =========
 
-Synopsis compression of the count-sketch indexes (width folding,
-``CountSketch.compress``) and window reduction are available on the summaries
-and the planner's windows; the allocator does not drive them (see the
-README's "Precision and budgets").
+Window reduction: :mod:`sketchql.approx.window_reduction` (scaled estimates
+``1 / s`` per row for aggregates with a contract, expected recall ``s^k`` for
+set-valued plans).  Synopsis compression of the declared summaries is on the
+summary control tables (:mod:`sketchql.approx.synopsis`).  The allocator does
+not drive these two (see the README's "Precision and budgets").
 
 >>> QUERY_KNOBS["sample_rate"].effect
 {'memory': 1, 'cpu': 1, 'precision': 1}
@@ -44,4 +47,10 @@ QUERY_KNOBS = {
     "audit_share": Knob("audit_share", 0.1, "float", lo=0.0, hi=1.0,
                         doc="share of windows recomputed by a shadow exact plan to measure the error",
                         effect={"memory": 1, "cpu": 1, "precision": 0}),
+    "window_scale": Knob("window_scale", 1.0, "float", lo=0.0, hi=1.0, lo_open=True,
+                         doc="window reduction: every RANGE w window of the query runs as RANGE "
+                             "window_scale·w (COUNT/SUM rows weigh 1/window_scale, set-valued answers "
+                             "keep an expected window_scale^k of the rows); refused under DISTINCT and "
+                             "on the right side of EXCEPT / NOT IN / NOT EXISTS",
+                         effect={"memory": 1, "cpu": 1, "precision": 1}),
 }

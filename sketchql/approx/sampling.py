@@ -134,6 +134,7 @@ class Sampler:
         self._hist: list = []            # (data time, rate) at each change of the rate
         self.rows_in = 0
         self.rows_kept = 0
+        self.window_scale = 1.0          # window reduction s: rows also weigh 1 / s (window_reduction)
 
     def set_rate(self, rate: float):
         r = float(rate)
@@ -174,7 +175,7 @@ class Sampler:
             if om is not None:
                 mask |= om
                 pi[om] = 1.0
-        cols[W_COLUMN] = 1.0 / (pi * pi_in)
+        cols[W_COLUMN] = 1.0 / (pi * pi_in * self.window_scale)
         out = Batch(cols, ts=b.ts)
         if mask is not None:
             out = out.take(mask)

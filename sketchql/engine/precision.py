@@ -44,6 +44,7 @@ import numpy as np
 from ..control import jsonable
 from ..operators.changes import Batch, Changes
 from ..approx.approx_plan import approximate_plan
+from ..approx.window_reduction import apply_window_scale, expected_recall, range_scans
 from ..approx.audit import AuditSchedule, compare_aggregate, compare_sets
 from ..approx.estimators import relative_halfwidth
 from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
@@ -127,6 +128,9 @@ class QueryPrecision:
         self._out_rows = 0
         self.error_message: Optional[str] = None
         self.pinned_rate: Optional[float] = None      # a sample_rate set by hand (the allocator keeps off)
+        self.window_scale = 1.0                        # window reduction (sketchql.approx.window_reduction)
+        self._base_windows = {i: float(n.params["window"].size)
+                              for i, n in range_scans(query.plan).items()}
 
     # -- helpers --------------------------------------------------------------
     def _window(self) -> float:
@@ -425,6 +429,8 @@ class QueryPrecision:
     def estimated_recall(self) -> Optional[float]:
         if self.kind == "exact":
             keep = self.m.stream_keep(self.q)
+            if self.window_scale < 1.0:
+                keep *= expected_recall(self.q.plan, self.window_scale)
             return keep
         if self.kind == "promising" and isinstance(self.model, JoinRecallModel):
             x = [self.sample_rate() or 1.0, float(self.q.bound.contract.budget or self._budget_now())]
@@ -449,7 +455,7 @@ class QueryPrecision:
 
     def status(self) -> str:
         if self.kind == "exact":
-            return "exact" if self.m.stream_keep(self.q) >= 1.0 else "missed"
+            return "exact" if self.m.stream_keep(self.q) >= 1.0 and self.window_scale >= 1.0 else "missed"
         if self.infeasible:
             return "infeasible"
         last = self.series[-1] if self.series else None
@@ -492,7 +498,7 @@ class QueryPrecision:
 
     def precision(self) -> dict:
         ct = self.contract
-        ex = self.kind == "exact"
+        ex = self.kind == "exact" and self.window_scale >= 1.0
         est = self.estimated_rel_error()
         audited_rel = None
         if self.audits:
@@ -502,7 +508,8 @@ class QueryPrecision:
         if self.audits:
             rv = [a.get("recall") for a in self.audits if a.get("recall") is not None]
             audited_recall = float(np.mean(rv[-20:])) if rv else None
-        knobs = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, "mode": self.mode}
+        knobs = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, "mode": self.mode,
+                 "window_scale": self.window_scale}
         if self.kind == "promising":
             knobs["budget"] = self._budget_now()
         d = {"exact": ex and self.m.stream_keep(self.q) >= 1.0,
@@ -528,9 +535,10 @@ class QueryPrecision:
 
     # -- knobs (the query's control table; sketchql.approx.knobs) ---------------------------
     def knobs(self) -> dict:
+        ws = {"window_scale": self.window_scale} if self._base_windows else {}
         if self.kind == "exact":
-            return {}
-        d = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share}
+            return ws
+        d = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, **ws}
         if self.kind == "aggregate":
             d["outlier_share"] = next(iter(self.samplers.values())).outlier_share if self.samplers else 0.0
         return d
@@ -549,6 +557,31 @@ class QueryPrecision:
                 smp.outlier_share = float(v)
         elif name == "audit_share":
             self.set_audit_share(v)
+        elif name == "window_scale":
+            self.set_window_scale(v)
+
+    def set_window_scale(self, scale: float):
+        """Window reduction (:mod:`sketchql.approx.window_reduction`): run the query's RANGE
+        windows at ``scale`` times their size; refused where it would increase the output or
+        bias an answer that carries no interval."""
+        from ..errors import SketchQLError
+        s = float(scale)
+        if s < 1.0:
+            where = f"query {self.q.id}: window reduction refused"
+            if self.kind == "promising":
+                raise SketchQLError(f"{where}: a promising-tuple join's window is its index horizon "
+                                    "(use its budget / sample_rate knobs)")
+            if self.kind == "distinct":
+                raise SketchQLError(f"{where}: COUNT(DISTINCT) does not scale with the window size")
+            if self.kind == "exact" and self.q.bound.is_aggregate:
+                raise SketchQLError(f"{where}: an exact aggregate would silently shrink with its window; "
+                                    "add WITH ERROR e to get scaled estimates with intervals")
+        apply_window_scale(self.q.plan, s, self._base_windows, self.q.clock)
+        self.window_scale = s
+        for i, smp in self.samplers.items():
+            if i in self._base_windows:
+                smp.window_scale = s
+        self.m.allocator.on_queries_changed("window_scale set")
 
     def set_audit_share(self, share: float):
         share = float(share)

@@ -165,6 +165,7 @@ class StoreScan:
         self.rng = None
         self._kept = np.zeros(0, bool)      # sampled-in flags of positions [minus, plus)
         self._fed = store.total             # store tuples (ts <= a fed step's time) seen by feeds
+        self.clock_floor = -math.inf        # set when the window shrinks (sketchql.approx.window_reduction)
 
     def needed_from(self) -> int:
         return self.plus if not math.isfinite(self.window) else self.minus
@@ -223,7 +224,7 @@ class StoreScan:
                 idx = np.flatnonzero(m)
                 parts_rows.append(st.rows(self.minus, j).take(idx))
                 signs.append(-np.ones(idx.shape[0], np.int8))
-                ats.append(ends[idx])
+                ats.append(np.maximum(ends[idx], self.clock_floor))   # window_scale shrink: never in the past
                 rids.append(idx + (self.minus - self.start))
                 self.minus = j
         st._free()
