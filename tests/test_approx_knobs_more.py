@@ -155,3 +155,87 @@ def test_window_scale_refused_on_exact_aggregate_and_out_of_range():
         eng.controls.set("query", f"q{a.id}", "window_scale", 1.5)
     t = eng.controls.get("query", f"q{a.id}")
     assert t.knobs["window_scale"].effect == {"memory": 1, "cpu": 1, "precision": 1}
+
+
+# ----------------------------------------------------------------------------- synopsis compression
+from sketchql.approx.synopsis import SUMMARY_KNOBS  # noqa: E402
+
+NV = 20000
+
+
+def _summary_run(knob=None, value=None, seed=0):
+    """Memory (index bytes), CPU (probe work: nodes + tuples compared) and precision (recall of the
+    probe's matches against brute force; minus the estimate's mean absolute error) of the summary."""
+    eng = Engine(seed=seed)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts; "
+                "CREATE SUMMARY s1 ON S (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 3)")
+    if knob is not None:
+        eng.controls.set("summary", "s1.k", knob, value)
+    rng = np.random.default_rng(seed)
+    K, T = [], []
+    for b in range(20):
+        n = 2000
+        ts = np.sort(b * 5 + rng.uniform(0, 5, n))
+        k = rng.zipf(1.2, n) % NV
+        eng.push("S", {"ts": ts, "k": k, "v": rng.random(n)})
+        K.append(k)
+        T.append(ts)
+    K, T = np.concatenate(K), np.concatenate(T)
+    t = eng.controls.get("summary", "s1.k")
+    idx = eng.catalog.summaries[0].index["k"]
+    vals = np.arange(1, 400)
+    truth = np.bincount(K[T <= 100], minlength=NV)[vals]
+    m = idx.probe_many(vals, 0.0, 100.0)
+    est = idx.estimate(vals, -1.0, 100.0)
+    return {"memory": t.stats["nbytes"], "cpu": int(m.visited) + int(m.work),
+            "precision": len(m.row_ids) / truth.sum(), "est_err": float(np.mean(np.abs(est - truth))),
+            "table": t}
+
+
+def _assert_dir(res, effect, rs=("memory", "cpu", "precision")):
+    for r in rs:
+        vals = [x[r] * effect[r] for x in res] if effect[r] else [x[r] for x in res]
+        if effect[r]:
+            assert all(b > a for a, b in zip(vals, vals[1:])), (r, vals)
+        else:
+            assert len(set(vals)) == 1, (r, vals)
+
+
+def test_sketch_width_folding_moves_memory_cpu_precision():
+    res = [_summary_run("sketch_width", w) for w in (8, 16, 32, 64)]   # 64 = the declared width
+    _assert_dir(res, SUMMARY_KNOBS["sketch_width"].effect)
+    errs = [x["est_err"] for x in res]                                  # wider: smaller estimate error
+    assert all(b <= a for a, b in zip(errs, errs[1:])) and errs[-1] < errs[0], errs
+    kn = res[0]["table"].knobs["sketch_width"]
+    assert kn.value == 8 and kn.effect == {"memory": 1, "cpu": 1, "precision": 1}
+
+
+def test_sketch_width_fold_is_exact_and_one_way():
+    """Oracle: folding a live index gives the same estimates as an index built at the narrow width."""
+    eng = Engine(seed=1)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts; "
+                "CREATE SUMMARY s1 ON S (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 3)")
+    rng = np.random.default_rng(1)
+    b = {"ts": np.sort(rng.uniform(0, 60, 5000)), "k": rng.zipf(1.3, 5000) % 3000, "v": rng.random(5000)}
+    eng.push("S", b)
+    idx = eng.catalog.summaries[0].index["k"]
+    from sketchql.index import IndexConfig, StreamIndex
+    ref = StreamIndex(idx.decl, IndexConfig(**{**idx.config.__dict__, "w": 16}))
+    ref.ingest(b["k"], b["ts"])
+    eng.controls.set("summary", "s1.k", "sketch_width", 16)
+    vals = np.arange(3000)
+    np.testing.assert_allclose(idx.estimate(vals, 0.0, 59.0), ref.estimate(vals, 0.0, 59.0))
+    with pytest.raises(ControlError, match=r"\[1, 16\]"):                 # the knob's domain says so
+        eng.controls.set("summary", "s1.k", "sketch_width", 32)
+    from sketchql.approx.synopsis import SummaryControl
+    with pytest.raises(ControlError, match="widened"):
+        SummaryControl(idx).set_control("sketch_width", 32)
+    with pytest.raises(ControlError, match="divide"):
+        eng.controls.set("summary", "s1.k", "sketch_width", 5)
+    with pytest.raises(ControlError, match="no knob"):
+        eng.controls.set("summary", "s1.k", "nope", 5)
+
+
+def test_prune_sigma_trades_probe_work_for_recall():
+    res = [_summary_run("prune_sigma", s) for s in (0.5, 1.0, 2.0, 4.0)]
+    _assert_dir(res, SUMMARY_KNOBS["prune_sigma"].effect)

@@ -39,7 +39,7 @@ measures that transient like any other error.
 >>> eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
 >>> q = eng.register("SELECT DISTINCT k FROM S [RANGE 60]")
 >>> reduction_blockers(q.plan)
-{0: 'under DISTINCT (n1): shrinking its window increases the output'}
+{0: 'under DISTINCT (n0): shrinking its window increases the output'}
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ kind          name                             source
 engine        ``engine``                       budgets (memory bytes, CPU units/s), scheduler
 stream        the stream's name                :class:`~sketchql.engine.streams.StreamHandle`
 summary       ``<summary>.<attr>``             the declared :class:`~sketchql.index.StreamIndex`
+                                               (knobs: :mod:`sketchql.approx.synopsis`)
 query         ``q<id>``                        :class:`~sketchql.engine.query.Query`
 operator      ``q<id>.n<i>`` (plan order)      a plan node (``PlanNode.stats/knobs/set_knob``)
 queue         ``q<id>.n<i>.<queue>``           a promising-tuple operator's priority queue
@@ -152,6 +153,9 @@ class ControlTables:
                     yield ("queue", f"{on}.{qname}", _QueueStats(queue), f"operator:{on}")
 
     def _wrap(self, kind, name, obj, parent):
+        if kind == "summary" and not isinstance(obj, Controllable):
+            from ..approx.synopsis import SummaryControl     # synopsis compression knobs
+            obj = SummaryControl(obj)
         return _Adapted(kind, name, obj, parent, OPERATOR_KNOBS if kind == "operator" else None)
 
     def tables(self, kind: Optional[str] = None) -> list:
