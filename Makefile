@@ -20,7 +20,7 @@ test: setup
 	bash scripts/run_tests.sh
 
 test-fast: setup
-	$(BIN)/pytest -q -m "not spark and not browser"
+	$(BIN)/pytest -q -m "not spark and not browser and not slow"
 
 test-spark: setup
 	$(BIN)/pytest -q -m spark

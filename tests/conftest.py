@@ -13,6 +13,32 @@ try:  # deterministic, no per-example deadlines (CI shares 2 cores)
 except ImportError:  # pragma: no cover
     pass
 
+#: tests that take seconds each (real servers, long streams, the DuckDB oracle grid): marked
+#: ``slow`` here so that ``pytest -q`` stays a quick loop; ``scripts/run_tests.sh`` (``make test``,
+#: CI) runs them as their own stage with ``-m slow``.
+SLOW_TESTS = (
+    "tests/test_cql_oracle.py::",
+    "tests/test_service_durability.py::test_sigkill_at_several_points_loses_nothing_acknowledged",
+    "tests/test_service_durability.py::test_fresh_wipes_and_demo_resumes_where_it_stopped",
+    "tests/test_service_sse_load.py::test_bounded_loopback_load",
+    "tests/test_service_demo.py::test_demo_feeds_and_queries_return_rows",
+    "tests/test_service_demo.py::test_serve_command_starts_and_answers",
+    "tests/test_promising.py::test_weighted_is_a_faithful_sample",
+    "tests/test_promising.py::test_aggregates_beat_per_query_and_errors_cover",
+    "tests/test_engine_memory.py::test_long_stream_memory_bounded_by_window_state",
+    "tests/test_cli.py::test_replay_tight_budget_produces_only_valid_pairs",
+    "tests/test_pt_budget.py::test_work_never_exceeds_allowance_plus_carried_debt[desc-1.0]",
+    "tests/test_out_of_order.py::test_shuffled_within_slack_equals_sorted",
+    "tests/test_promising_batch.py::test_batched_drain_with_a_huge_budget_equals_the_per_entry_path",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
