@@ -2,7 +2,8 @@
 
 Each :class:`~sketchql.control.Knob` carries ``effect``: the sign of the change
 of memory, CPU and precision when the knob's value *grows* (tested in
-``tests/test_approx_knobs.py`` on a generated stream).
+``tests/test_approx_knobs.py`` and ``tests/test_approx_knobs_more.py`` on a
+generated stream).
 
 =====================  ========  =========================================================  ====  ====  =========
 knob                   entity    what it does                                               mem   cpu   precision
@@ -10,6 +11,7 @@ knob                   entity    what it does                                   
 ``sample_rate``        query     Bernoulli / universe sampling at the query's inputs         +     +     +
 ``outlier_share``      query     share of rows always kept (largest SUM/AVG arguments)       +     +     +
 ``audit_share``        query     share of windows recomputed by a shadow exact plan          +     +     0
+``sampler``            query     bernoulli → reservoir → varopt at the same sample_rate (1)  0     0     +
 ``budget``             query     probes per tuple of a promising-tuple join                  0     +     +
 ``window_scale``       query     RANGE windows run at scale·w (window reduction; refused     +     +     +
                                  under DISTINCT / right of EXCEPT, NOT IN, NOT EXISTS)
@@ -18,13 +20,23 @@ knob                   entity    what it does                                   
 ``sample_rate``        stream    Bernoulli sampling before indexes and queries               +     +     +
 ``memory_bytes``       engine    memory budget the allocator shares out                      +     0     +
 ``cpu_units_per_s``    engine    CPU budget (work units per second of data time)             0     +     +
+``sketch_width``       summary   count-sketch width (lower folds the sketches, one way)      +     +     +
+``prune_sigma``        summary   pyramid pruning threshold of probes                         0     −     −
 =====================  ========  =========================================================  ====  ====  =========
+
+(1) ``sampler`` is a choice; its effect is read along the order of the
+choices.  At one ``sample_rate`` the three keep the same number of rows
+(reservoir and VarOpt exactly ``round(rate · n)`` per batch), so memory and
+the work of everything downstream are unchanged; ``reservoir`` removes the
+sample-size noise, ``varopt`` also keeps the large SUM / AVG arguments with
+certainty: on skewed data the error falls from bernoulli to reservoir to
+varopt (:mod:`sketchql.approx.sampling`).
 
 Window reduction: :mod:`sketchql.approx.window_reduction` (scaled estimates
 ``1 / s`` per row for aggregates with a contract, expected recall ``s^k`` for
 set-valued plans).  Synopsis compression of the declared summaries is on the
 summary control tables (:mod:`sketchql.approx.synopsis`).  The allocator does
-not drive these two (see the README's "Precision and budgets").
+not drive these two nor ``sampler`` (see the README's "Precision and budgets").
 
 >>> QUERY_KNOBS["sample_rate"].effect
 {'memory': 1, 'cpu': 1, 'precision': 1}
@@ -47,6 +59,12 @@ QUERY_KNOBS = {
     "audit_share": Knob("audit_share", 0.1, "float", lo=0.0, hi=1.0,
                         doc="share of windows recomputed by a shadow exact plan to measure the error",
                         effect={"memory": 1, "cpu": 1, "precision": 0}),
+    "sampler": Knob("sampler", "bernoulli", "choice", choices=("bernoulli", "reservoir", "varopt"),
+                    doc="how the query's inputs are sampled at sample_rate: bernoulli (independent coins + "
+                        "outlier index), reservoir (a uniform sample of exactly rate·n rows per batch) or "
+                        "varopt (priority sampling ∝ |x| + mean|x| of the SUM/AVG argument); all give "
+                        "Horvitz–Thompson estimates with unbiased variance (sketchql.approx.sampling)",
+                    effect={"memory": 0, "cpu": 0, "precision": 1}),
     "window_scale": Knob("window_scale", 1.0, "float", lo=0.0, hi=1.0, lo_open=True,
                          doc="window reduction: every RANGE w window of the query runs as RANGE "
                              "window_scale·w (COUNT/SUM rows weigh 1/window_scale, set-valued answers "

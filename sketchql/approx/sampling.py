@@ -19,6 +19,25 @@ Horvitz–Thompson weight ``w = 1 / π`` (:mod:`sketchql.approx.estimators`).
   together), with an outlier index (rows whose aggregated column is in the
   top ``outlier_share`` of the batch are kept with ``π = 1``).  It adds
   ``__w = 1 / (π_query · __pi)``.
+* the same :class:`Sampler` with ``mode="reservoir"`` or ``mode="varopt"``
+  keeps a **fixed-size** sample of ``k = round(rate · n)`` rows of each
+  arriving batch of ``n`` rows (the query knob ``sampler``), by priority
+  sampling (Duffield, Lund & Thorup, JACM 2007): row ``i`` gets the priority
+  ``q_i = a_i / u_i`` (``u_i`` uniform on (0, 1]), the ``k`` highest
+  priorities are kept and ``τ`` is the ``(k+1)``-th.  Given ``τ`` the kept rows
+  are a Poisson sample with ``π_i = min(1, a_i / τ)``, so the Horvitz–Thompson
+  weight ``1 / π_i`` is unbiased and ``Σ w (w − 1) x²`` is an unbiased
+  estimate of its variance (their Theorem 2): every interval of
+  :mod:`sketchql.approx.estimators` applies unchanged.
+
+  - ``reservoir``: ``a_i = 1`` -- a uniform reservoir of ``k`` rows (random
+    tags, the ``k`` smallest ``u`` kept), ``π = u_(k+1)``;
+  - ``varopt``: ``a_i = |x_i| + mean|x|`` on the first SUM / AVG argument:
+    inclusion ∝ size (large values are kept with ``π = 1``, like VarOpt_k;
+    Szegedy (STOC 2006) showed priority sampling with ``k + 1`` samples has
+    no larger variance than the optimal VarOpt with ``k``); the ``mean|x|``
+    floor keeps every row's ``π > 0`` so COUNT and AVG stay unbiased.
+    Its outliers are the rows with ``a_i ≥ τ`` (no separate outlier index).
 
 Effects (documented on the knobs, :mod:`sketchql.approx.knobs`): memory and CPU
 of everything downstream scale with the kept share; the relative error grows
@@ -42,9 +61,10 @@ from ..errors import SketchQLError
 from ..operators.changes import Batch
 from ..summaries.hashing import hash64
 
-__all__ = ["Sampler", "shed", "outlier_mask", "universe_keep", "PI_COLUMN", "W_COLUMN"]
+__all__ = ["Sampler", "priority_sample", "MODES", "shed", "outlier_mask", "universe_keep", "PI_COLUMN", "W_COLUMN"]
 
 PI_COLUMN = "__pi"
+MODES = ("bernoulli", "universe", "reservoir", "varopt")
 W_COLUMN = "__w"
 _TWO64 = float(2 ** 64)
 
@@ -119,8 +139,8 @@ class Sampler:
     def __init__(self, rate: float = 1.0, mode: str = "bernoulli", key: Optional[str] = None,
                  outlier_columns: Sequence[str] = (), outlier_share: float = 0.01, seed: int = 0,
                  hash_seed: int = 0):
-        if mode not in ("bernoulli", "universe"):
-            raise SketchQLError(f"sampler mode must be bernoulli or universe, got {mode!r}")
+        if mode not in MODES:
+            raise SketchQLError(f"sampler mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode == "universe" and key is None:
             raise SketchQLError("universe sampling needs a key column")
         self.set_rate(rate)
@@ -169,6 +189,22 @@ class Sampler:
             mask = None
         elif self.mode == "universe":
             mask = universe_keep(cols[self.key], self.rate, self.hash_seed)
+        elif self.mode in ("reservoir", "varopt"):
+            a = None
+            if self.mode == "varopt":
+                a = _size_weights(cols, self.outlier_columns, n)
+                om = None
+            else:
+                om = outlier_mask(cols, self.outlier_columns, self.outlier_share, self._tau)
+            rest = np.flatnonzero(~om) if om is not None else np.arange(n)
+            k = int(round(self.rate * len(rest)))
+            keep, pr = priority_sample(None if a is None else a[rest], k, len(rest), self._rng)
+            mask = np.zeros(n, bool)
+            mask[rest[keep]] = True
+            pi[rest] = pr
+            if om is not None:
+                mask |= om
+                pi[om] = 1.0
         else:
             mask = self._rng.random(n) < self.rate
             om = outlier_mask(cols, self.outlier_columns, self.outlier_share, self._tau)
@@ -182,9 +218,51 @@ class Sampler:
         self.rows_kept += len(out)
         return out, mask
 
+    def set_mode(self, mode: str):
+        """Switch between bernoulli, reservoir and varopt (universe sampling is fixed by the plan)."""
+        if mode not in ("bernoulli", "reservoir", "varopt"):
+            raise SketchQLError(f"sampler must be bernoulli, reservoir or varopt, got {mode!r}")
+        if self.mode == "universe":
+            raise SketchQLError("this query samples by universe (hash of the COUNT(DISTINCT) value): "
+                                "its sampler cannot change")
+        self.mode = mode
+
     def knobs(self) -> dict:
         return {"sample_rate": self.rate, "sample_mode": self.mode, "sample_key": self.key,
                 "outlier_share": self.outlier_share}
+
+
+def _size_weights(cols: dict, columns: Sequence[str], n: int) -> np.ndarray:
+    """VarOpt sizes ``|x| + mean|x|`` of the first SUM/AVG argument (1 for every row without one)."""
+    for c in columns:
+        if c in cols:
+            x = np.abs(np.asarray(cols[c], np.float64))
+            ok = np.isfinite(x)
+            m = float(x[ok].mean()) if ok.any() else 1.0
+            m = m if m > 0 else 1.0
+            return np.where(ok, x, 0.0) + m
+    return np.ones(n)
+
+
+def priority_sample(a: Optional[np.ndarray], k: int, n: int, rng: np.random.Generator):
+    """Priority sample of ``k`` of ``n`` rows with sizes ``a`` (None: all 1): (kept indices,
+    conditional inclusion probabilities of all ``n`` rows, ``min(1, a / τ)``; module doc).
+
+    >>> idx, p = priority_sample(None, 3, 10, np.random.default_rng(0))
+    >>> len(idx), bool(np.all((p > 0) & (p <= 1)))
+    (3, True)
+    """
+    if k >= n:
+        return np.arange(n), np.ones(n)
+    if k <= 0:
+        return np.zeros(0, np.int64), np.ones(n)
+    u = 1.0 - rng.random(n)                      # (0, 1]
+    q = (np.ones(n) if a is None else np.asarray(a, np.float64)) / u
+    part = np.argpartition(-q, k)                # k highest first, the (k+1)-th at position k
+    keep = np.sort(part[:k])
+    tau = float(q[part[k]])
+    p = np.minimum(1.0, (np.ones(n) if a is None else a) / tau)
+    return keep, p
 
 
 def stream_keep_fn(handle) -> Callable[[], float]:

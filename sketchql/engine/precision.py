@@ -509,7 +509,8 @@ class QueryPrecision:
             rv = [a.get("recall") for a in self.audits if a.get("recall") is not None]
             audited_recall = float(np.mean(rv[-20:])) if rv else None
         knobs = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, "mode": self.mode,
-                 "window_scale": self.window_scale}
+                 "window_scale": self.window_scale, **({"sampler": self.knobs().get("sampler")}
+                                                       if self.kind == "aggregate" else {})}
         if self.kind == "promising":
             knobs["budget"] = self._budget_now()
         d = {"exact": ex and self.m.stream_keep(self.q) >= 1.0,
@@ -541,6 +542,7 @@ class QueryPrecision:
         d = {"sample_rate": self.sample_rate(), "audit_share": self.audit_share, **ws}
         if self.kind == "aggregate":
             d["outlier_share"] = next(iter(self.samplers.values())).outlier_share if self.samplers else 0.0
+            d["sampler"] = next(iter(self.samplers.values())).mode if self.samplers else "bernoulli"
         return d
 
     def set_knob(self, name: str, value):
@@ -559,6 +561,9 @@ class QueryPrecision:
             self.set_audit_share(v)
         elif name == "window_scale":
             self.set_window_scale(v)
+        elif name == "sampler":
+            for smp in self.samplers.values():
+                smp.set_mode(v)
 
     def set_window_scale(self, scale: float):
         """Window reduction (:mod:`sketchql.approx.window_reduction`): run the query's RANGE
