@@ -97,10 +97,13 @@ def test_window_scale_estimate_equals_brute_force_and_intervals_cover():
     assert cov < 1.0 or n < 50          # not a useless width
 
 
-def test_window_scale_set_valued_answer_is_the_reduced_window_and_reports_recall():
+@pytest.mark.parametrize("share", [True, False])       # shared window store / private WindowScan
+def test_window_scale_set_valued_answer_is_the_reduced_window_and_reports_recall(share):
     eng = _engine(3)
+    eng.controls.set("engine", "engine", "share_plans", share)
     x = eng.register(f"SELECT g, v FROM S [RANGE {W}] WHERE v > 2")
     e = eng.register(f"SELECT g, v FROM S [RANGE {W}] WHERE v > 2")
+    assert (type(x._scan[0].op).__name__ == "StoreScan") == share
     rows = []
     for k in range(12):
         b = _gen(3, k)

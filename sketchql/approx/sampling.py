@@ -136,6 +136,8 @@ class Sampler:
     ``rate`` = 1 keeps everything (the rows still get ``__w``, 1 / ``__pi``).
     """
 
+    window_scale = 1.0        # class default: samplers checkpointed before window reduction existed
+
     def __init__(self, rate: float = 1.0, mode: str = "bernoulli", key: Optional[str] = None,
                  outlier_columns: Sequence[str] = (), outlier_share: float = 0.01, seed: int = 0,
                  hash_seed: int = 0):

@@ -154,6 +154,8 @@ class StoreScan:
     consumer's first tuple -- what a private WindowScan of RANGE w (or UNBOUNDED) gives.
     """
 
+    clock_floor = -math.inf                 # minus rows never before it (window_scale shrink, approx.window_reduction)
+
     def __init__(self, store: WindowStore, window: float):
         self.store = store
         self.window = float(window)
@@ -165,7 +167,6 @@ class StoreScan:
         self.rng = None
         self._kept = np.zeros(0, bool)      # sampled-in flags of positions [minus, plus)
         self._fed = store.total             # store tuples (ts <= a fed step's time) seen by feeds
-        self.clock_floor = -math.inf        # set when the window shrinks (sketchql.approx.window_reduction)
 
     def needed_from(self) -> int:
         return self.plus if not math.isfinite(self.window) else self.minus
