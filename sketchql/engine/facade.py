@@ -346,21 +346,7 @@ class Engine:
         if slack > 0 or h._slack is not None:
             b = self._through_slack(h, b)      # buffered; the tuples the slack releases, in ts order
         h.batches += 1
-        h.tuples_in += len(b)
-        h._observe(b)
-        b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
-        first_row = h.tuples_kept
-        h.tuples_kept += len(b)
-        for decl in self.catalog.summaries_on(h.name):
-            _feed_indexes(decl, b, first_row)
-        if len(b):
-            h.clock = max(h.clock, float(b.ts[-1]))
-        if h._slack is not None:                # nothing older than the watermark reaches the queries
-            h.clock = max(h.clock, h._slack.watermark)
-        if self.constraints.items and len(b):
-            self.constraints.observe(h.name, b.columns)
-        self.sharing.feed(h.name, b)
-        self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
+        self._accept(h, b)
         self._after_input()
         self._precision.after_push(h)
         if self._any_timeout:
@@ -413,15 +399,24 @@ class Engine:
 
     def _push_released(self, h: StreamHandle, b: Batch) -> None:
         """Tuples a heartbeat or a timeout released: through the normal path (no re-validation)."""
+        self._accept(h, b)
+
+    def _accept(self, h: StreamHandle, b: Batch) -> None:
+        """A validated (and, with a slack, released) batch: count it, sample/shed it, feed the
+        stream's indexes, move the clock, then the shared subplans and the queries."""
         h.tuples_in += len(b)
         h._observe(b)
-        b = self._precision.on_input(h, b)
+        b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
         for decl in self.catalog.summaries_on(h.name):
             _feed_indexes(decl, b, first_row)
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
+        if h._slack is not None:                # nothing older than the watermark reaches the queries
+            h.clock = max(h.clock, h._slack.watermark)
+        if self.constraints.items and len(b):
+            self.constraints.observe(h.name, b.columns)
         self.sharing.feed(h.name, b)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
