@@ -43,7 +43,7 @@ stream S: knob 'sample_rate' must be in (0, 1], got 0
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 from .errors import SketchQLError
@@ -171,6 +171,10 @@ class Knob:
         if self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)):
             raise bad()
         return int(v) if self.kind == "int" else v
+
+    def with_value(self, value) -> "Knob":
+        """A copy of this knob (a spec) holding the current ``value``."""
+        return replace(self, value=value)
 
     def as_dict(self) -> dict:
         return jsonable({"value": self.value, "kind": self.kind, "lo": self.lo, "hi": self.hi,

@@ -68,7 +68,7 @@ class SummaryControl:
         return d
 
     def control_table(self) -> ControlTable:
-        knobs = {n: Knob(**{**SUMMARY_KNOBS[n].__dict__, "value": v}) for n, v in self._values().items()}
+        knobs = {n: SUMMARY_KNOBS[n].with_value(v) for n, v in self._values().items()}
         if "sketch_width" in knobs:
             knobs["sketch_width"].hi = int(self.index.config.w)
         st = self.index.stats()

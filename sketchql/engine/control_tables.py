@@ -84,7 +84,7 @@ class _Adapted:
             for n, v in self.obj.knobs().items():
                 tpl = self.templates.get(n)
                 if tpl is not None:
-                    k = Knob(**{**tpl.__dict__, "value": v})
+                    k = tpl.with_value(v)
                 else:
                     k = _generic_knob(n, v)
                 knobs[n] = k

@@ -578,7 +578,7 @@ class Engine:
         st = {"streams": len(self._streams), "tables": len(self._tables), "queries": len(self._queries),
               "summaries": len(self.catalog.summaries), "seed": self.seed,
               "scheduler": self.scheduler.stats() if self.scheduler is not None else {"strategy": "inline"}}
-        knobs = {n: Knob(**{**spec.__dict__, "value": self._knob_value(n)}) for n, spec in self.KNOB_SPECS.items()}
+        knobs = {n: spec.with_value(self._knob_value(n)) for n, spec in self.KNOB_SPECS.items()}
         return ControlTable("engine", "engine", st, knobs)
 
     def set_control(self, name: str, value):

@@ -449,7 +449,7 @@ class Query:
         knobs = {}
         for n, v in self.knobs().items():
             spec = self.KNOB_SPECS.get(n)
-            knobs[n] = Knob(**{**spec.__dict__, "value": v}) if spec is not None else Knob(n, v, "str", settable=False)
+            knobs[n] = spec.with_value(v) if spec is not None else Knob(n, v, "str", settable=False)
         return ControlTable("query", f"q{self.id}", st, knobs)
 
     def set_control(self, name: str, value):

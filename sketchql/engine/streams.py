@@ -97,7 +97,7 @@ class StreamHandle:
     def control_table(self) -> ControlTable:
         st = self.stats()
         st.pop("knobs", None)
-        knobs = {n: Knob(**{**self.KNOB_SPECS[n].__dict__, "value": v}) for n, v in self._knobs.items()}
+        knobs = {n: self.KNOB_SPECS[n].with_value(v) for n, v in self._knobs.items()}
         return ControlTable("stream", self.name, st, knobs)
 
     def set_control(self, name: str, value):
