@@ -46,6 +46,7 @@ import time
 from collections import deque
 
 from ..control import jsonable
+from .background import BackgroundLoop
 
 #: points of every series kept (server side; the page keeps the same bound)
 HISTORY = 600
@@ -105,7 +106,7 @@ def query_kind(q) -> str:
     return kinds[0] if kinds else "query"
 
 
-class DashboardFeed:
+class DashboardFeed(BackgroundLoop):
     """Samples frames of a :class:`~sketchql.service.state.ServiceState` and keeps the bounded history.
 
     ``sample()`` reads one frame now; ``latest(max_age)`` returns the newest
@@ -125,8 +126,7 @@ class DashboardFeed:
         self._last = {}              # key -> the last rates measured over an interval with data
         self._walls = {}             # key -> recent (wall, tuples_in) for the wall-clock ingest rate
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = None
+        self._init_loop()
 
     # -- sampling ------------------------------------------------------------------
     def sample(self) -> dict:
@@ -150,6 +150,8 @@ class DashboardFeed:
             return self.sample()
         return f
 
+    THREAD_NAME = "sketchql-dashboard"
+
     def history(self) -> list:
         with self._lock:
             return list(self.points)
@@ -161,19 +163,6 @@ class DashboardFeed:
             except Exception:   # never kill the server; the next tick tries again
                 pass
             self._stop.wait(self.interval)
-
-    def start(self):
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="sketchql-dashboard", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0):
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
     # -- one frame -------------------------------------------------------------------
     def _build(self, wall: float):

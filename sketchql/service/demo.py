@@ -34,11 +34,10 @@ True
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from ..errors import SketchQLError
+from .background import BackgroundLoop
 
 DEMO_DDL = """
 CREATE STREAM Store1 (ItemID INT, Price DOUBLE) TIMESTAMP ts;
@@ -97,7 +96,7 @@ def demo_data(max_tuples: int, seed: int, mean_interarrival: float = 0.1):
         return _numpy_stores(max_tuples // 2, mean_interarrival, seed)
 
 
-class DemoFeeder:
+class DemoFeeder(BackgroundLoop):
     """Declares the demo schema and queries, then feeds generated batches (see module docstring).
 
     ``speed``: seconds of event time per ``tick`` seconds of wall time divided
@@ -122,8 +121,7 @@ class DemoFeeder:
         self.error = None
         self._data = None
         self._pos = [0, 0]
-        self._stop = threading.Event()
-        self._thread = None
+        self._init_loop()
 
     # -- set-up ------------------------------------------------------------------
     def setup(self):
@@ -196,18 +194,12 @@ class DemoFeeder:
                 self.error = f"{type(exc).__name__}: {exc}"
                 break
 
+    THREAD_NAME = "sketchql-demo"
+
     def start(self):
         if self._data is None:
             self.setup()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="sketchql-demo", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0):
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        super().start()
 
     def status(self) -> dict:
         # under the state lock: a step in progress has already advanced its positions
@@ -216,7 +208,7 @@ class DemoFeeder:
             return self._status()
 
     def _status(self) -> dict:
-        return {"running": self._thread is not None and self._thread.is_alive(), "finished": self.finished,
+        return {"running": self.running, "finished": self.finished,
                 "streams": list(self.streams), "queries": list(self.query_ids), "clock": self.clock,
                 "end": self.end if self._data is not None else None, "pushed": self.pushed,
                 "skipped": self.skipped, "batches": self.batches, "max_tuples": self.max_tuples,
