@@ -13,6 +13,7 @@ from ..errors import SummaryError
 from ..summaries.hashing import as_key_array
 from . import kernels
 from .results import IngestReport
+from .value_layer import advance_layers, feed_layers
 from .zone import Zone
 
 
@@ -105,7 +106,7 @@ class IngestSide:
             self._g1_next_reason = None
 
     # ------------------------------------------------------------------ ingest
-    def ingest(self, values, timestamps, row_ids=None) -> IngestReport:
+    def ingest(self, values, timestamps, row_ids=None, columns=None) -> IngestReport:
         """Add a batch of tuples (numpy arrays, timestamps non-decreasing).
 
         Tuples with ``ts < clock - allowed_lateness`` (clock = the largest
@@ -114,6 +115,8 @@ class IngestSide:
         ``row_ids`` default to a running counter (they point back to the full
         tuple held by the stream's owner).  Raises :class:`SummaryError` on
         bad input (length mismatch, NaN/inf timestamp, bad key type).
+        ``columns`` (name -> array): the batch's other columns, kept by the
+        attached value layers that asked for them (:mod:`~sketchql.index.value_layer`).
         """
         t0 = time.perf_counter()
         self._check_config()
@@ -167,6 +170,8 @@ class IngestSide:
                         reasons["before_history"] = len(bad)
                         rejected_pos = np.sort(np.concatenate([rejected_pos, sel[bad]]))
         nrej = len(rejected_pos)
+        if n and getattr(self, "_value_layers", None):       # the range side (value_layer)
+            feed_layers(self, keys, ts, rids, rejected_pos, columns)
         self.counters["ingested"] += n - nrej
         self.counters["rejected"] += nrej
         for k, v in reasons.items():
@@ -414,6 +419,7 @@ class IngestSide:
         if now <= self.clock:
             return 0
         self.clock = now
+        advance_layers(self, now)
         c0 = self.counters["collapses"]
         self._collapse_due(int(math.floor(now / self.decl.granularity)))
         return self.counters["collapses"] - c0

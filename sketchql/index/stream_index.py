@@ -85,6 +85,7 @@ from .zone import Zone
 from .ingest_side import IngestSide
 from .persist import PersistSide
 from .query_side import QuerySide
+from .value_layer import layers_nbytes
 
 _BUCKET_SALT = 0xB0C4E7
 
@@ -293,6 +294,9 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
             "nbytes": self.nbytes,
             "sketch_bytes": sum(l.nbytes for g in self.grans for l in g.levels),
             "kernel_view_bytes": self._kview.nbytes if self._kview is not None else 0,
+            # the range side shared by PT selections / aggregates (sketchql.index.value_layer)
+            "value_layer_bytes": layers_nbytes(self),
+            "value_layers": [L.stats() for L in getattr(self, "_value_layers", {}).values()],
             "mean_t_ins": c["ingest_seconds"] / c["ingested"] if c["ingested"] else 0.0,
             "counters": c,
         }

@@ -3,14 +3,16 @@ range selections, answered from the summaries plus the regions that the
 aggregate's preference marks as promising.
 
 Setting: query ``q`` asks ``AGG(value_attr)`` over the tuples of the window
-``(now - w, now]`` with ``lo <= attr <= hi``.  The index (value-range buckets
-x time zones) keeps, per cell, the exact tuple count ``n`` (a summary);
-prices are only known for cells that were scanned.  A region ``c`` (zone,
-bucket) holds an estimated ``N_c = n_c * f_b * t_c`` qualifying tuples
-(``f_b`` share of the cell's tuples inside the predicate: 1 for a bucket
-inside the range, else estimated from the zone's count sketch summed over the
-bucket's in-range values; ``t_c`` share of the zone's time span inside the
-window).
+``(now - w, now]`` with ``lo <= attr <= hi``.  The summaries are the
+attribute's value-ordered layer (:class:`sketchql.index.value_layer.ValueLayer`,
+private or shared with every selection / aggregate on the attribute, see
+:class:`PTSelection`): per cell (zone, value-range bucket) the exact tuple
+count ``n``; prices are only known for cells that were scanned.  A region
+``c`` (zone, bucket) holds an estimated ``N_c = n_c * f_b * t_c`` qualifying
+tuples (``f_b`` share of the cell's tuples inside the predicate: 1 for a
+bucket inside the range, else the layer's exact count of the bucket's
+in-range part over ``n_c`` -- value-ordered zones answer any sub-range;
+``t_c`` share of the zone's time span inside the window).
 
 Traversal (the same resume-where-stopped loop as :class:`PTSelection`):
 
@@ -19,8 +21,8 @@ Traversal (the same resume-where-stopped loop as :class:`PTSelection`):
   seeded), so the scanned tuples are a near-random sample of the answer;
 * ``sum``: ``desc`` on estimated count x value, the value being the mean
   price seen so far in the bucket (or overall);
-* ``count``: answered from the summaries directly; the budget only refines
-  the partial buckets (desc on their uncertainty ``n min(f, 1 - f)``).
+* ``count``: answered from the summaries directly (the in-range counts are
+  exact; only the zone straddling the window start is pro-rated), no scans.
 
 Answer at ``now`` (``answer(qi, now) -> (estimate, error)``):
 
@@ -45,9 +47,10 @@ Answer at ``now`` (``answer(qi, now) -> (estimate, error)``):
   (``s_b^2 / n_b``; a whole ``s_b^2`` when a partial bucket borrows the
   bucket-wide mean), ``SE(SUM)^2 = U s^2 + sum_b U_b^2 v_b + (s_N m)^2``
   where ``s_N`` is the count uncertainty of the partial buckets
-  (``sum n_c min(f, 1-f)`` -- uniform values inside a bucket);
+  (0 for exact in-range counts; the window-start zone's time split adds
+  ``n min(t, 1 - t)``);
   ``SE(AVG) = SE(SUM without the count term) / N``;
-  ``SE(COUNT) = s_N``; ``SE(MEDIAN)`` from the order statistics at
+  ``SE(COUNT) = s_N`` (0: exact counts, but for the window-start zone); ``SE(MEDIAN)`` from the order statistics at
   ``0.5 +- 1/sqrt(n)``.  With nothing scanned the error is infinite.
 
 >>> import numpy as np
@@ -80,13 +83,15 @@ class PTAggregate(PTSelection):
     Parameters: ``queries`` ((lo, hi) or RangeQuery list over ``attr``),
     ``func`` (avg | sum | count | median), ``value_attr`` (aggregated column,
     default ``price``), ``window`` (seconds), ``domain`` (value range of
-    ``attr``), ``n_buckets``, ``zone_seconds``, ``seed``.
+    ``attr``), ``n_buckets``, ``zone_seconds``, ``seed``, ``source`` (None:
+    a private value layer; a StreamIndex / ValueLayer: the shared one, see
+    :class:`PTSelection`).
     """
 
     def __init__(self, queries, func: str = "avg", attr: str = "item", value_attr: str = "price",
                  stream: int = 0, window: float = 60.0, domain=None, n_buckets: int = 128,
                  zone_seconds: float = 2.0, seed: int = 0, bank: float = 0.0, name: str | None = None,
-                 probe_batch="auto"):
+                 probe_batch="auto", source=None):
         func = str(func).lower()
         if func not in FUNCS:
             raise SketchQLError(f"PTAggregate: func must be one of {FUNCS}, got {func!r}")
@@ -94,72 +99,44 @@ class PTAggregate(PTSelection):
             raise SketchQLError(f"PTAggregate: window must be a finite number of seconds > 0, got {window!r}")
         super().__init__(queries, attr=attr, stream=stream, window=window, domain=domain, n_buckets=n_buckets,
                          zone_seconds=zone_seconds, value_attr=value_attr, seed=seed, bank=bank,
-                         name=name or f"pt_{func}", probe_batch=probe_batch)
+                         name=name or f"pt_{func}", probe_batch=probe_batch, source=source)
         self.func = func
         self.preference = PREFERENCE_OF[func]
         nq = len(self.queries)
-        self._scanned = [dict() for _ in range(nq)]  # (zone, bucket) -> positions of qualifying tuples
+        self._scanned = [dict() for _ in range(nq)]  # (zone, bucket) -> [(ts, price) of qualifying tuples]
         self._bsum = [dict() for _ in range(nq)]     # bucket -> [sum, count] of scanned qualifying prices
         self._gsum = [0.0, 0]
-        nb = self.index.n_buckets
-        self._gb = np.zeros((nb, 3))    # per bucket: count, sum, sum of squares of every scanned tuple
-        self._glast: dict = {}          # (zone, bucket) -> last storage position accounted in _gb
-        self._fcache: dict = {}         # (query, closed zone) -> (in-range share, count error) per bucket
-        self._pvals = []                # per query: (values, position in its bucket list) of partial buckets
-        for qi, q in enumerate(self.queries):
-            b, frac = self._q_buckets[qi]
-            part = np.flatnonzero(frac < 1.0)
-            vs, js = [], []
-            if part.shape[0] and float(q.lo).is_integer() and float(q.hi).is_integer() and q.hi - q.lo < 1e6:
-                v = np.arange(int(q.lo), int(q.hi) + 1)
-                vb = self.index.bucket_of(v)
-                pos = {int(bb): j for j, bb in enumerate(b.tolist())}
-                keep = np.isin(vb, b[part])
-                vs = v[keep]
-                js = np.array([pos[int(x)] for x in vb[keep]], np.int64)
-            self._pvals.append((np.asarray(vs, np.int64), np.asarray(js, np.int64)))
-        # the partial values of every query, estimated once per zone state for all queries
-        allv = [v for v, _ in self._pvals if v.shape[0]]
-        self._allv = np.unique(np.concatenate(allv)) if allv else np.zeros(0, np.int64)
-        self._pv_at = [np.searchsorted(self._allv, v) for v, _ in self._pvals]
-        self._zest: dict = {}           # zone -> (tuples in the zone, estimates of _allv, error bound)
+        self._gb = np.zeros((self.n_buckets, 3))    # per bucket: count, sum, sum of squares of every scanned tuple
+        self._glast: dict = {}          # (zone, bucket) -> last row accounted in _gb
+        self._inr = [dict() for _ in range(nq)]      # partial (zone, bucket) -> in-range tuples scanned
+        self._q_partial = [{int(x): True for x in b[f < 1.0].tolist()} for b, f in self._q_buckets]
+
+    def _on_add_query(self, qi) -> None:
+        self._scanned.append({})
+        self._bsum.append({})
+        self._inr.append({})
+        b, f = self._q_buckets[qi]
+        self._q_partial.append({int(x): True for x in b[f < 1.0].tolist()})
 
     # ------------------------------------------------------------ summaries
     def _zone_frac(self, qi, z):
-        """Per bucket of query qi in zone z: (estimated share of the cell's
-        tuples inside the predicate, absolute count error).  Full buckets: 1
-        and 0.  Partial buckets: the zone's count sketch summed over the
-        bucket's in-range values (Zipf values are far from uniform inside a
-        bucket), error = the sketch's 90 % bound x sqrt(#values)."""
-        key = (qi, z)
-        hit = self._fcache.get(key)
-        if hit is not None:
-            return hit
+        """Per bucket of query qi in zone z: (share of the cell's tuples inside the
+        predicate, absolute count error).  Full buckets: 1 and 0.  Partial buckets:
+        the layer's exact count of the bucket's in-range part over the cell's count
+        (value-ordered zones answer any sub-range), error 0."""
         b, frac = self._q_buckets[qi]
         share = np.ones(b.shape[0])
         unc = np.zeros(b.shape[0])
-        vs, js = self._pvals[qi]
-        zone = self.index.zones.get(z)
-        if zone is not None and vs.shape[0]:
-            n_z = zone["hi"] - zone["lo"]
-            ze = self._zest.get(z)
-            if ze is None or ze[0] != n_z:
-                sk = zone["sketch"]
-                ze = (n_z, np.maximum(sk.estimate(self._allv).astype(np.float64), 0.0), float(sk.error_bound(0.9)))
-                self._zest[z] = ze
-                if len(self._zest) > 4 * (len(self.index.zones) + 1):
-                    self._zest = {k: v for k, v in self._zest.items() if k in self.index.zones}
-            est = ze[1][self._pv_at[qi]]
-            in_b = np.bincount(js, weights=est, minlength=b.shape[0])
-            n_v = np.bincount(js, minlength=b.shape[0])
-            cnt = zone["counts"][b].astype(np.float64)
-            part = n_v > 0
-            share[part] = np.clip(in_b[part] / np.maximum(cnt[part], 1.0), 0.0, 1.0)
-            unc[part] = np.minimum(ze[2] * np.sqrt(n_v[part]), cnt[part])
-        elif vs.shape[0]:
-            share = frac.copy()
-        if z < math.floor(self.now / self.index.zone_seconds):
-            self._fcache[key] = (share, unc)
+        part = np.flatnonzero(frac < 1.0)
+        if part.shape[0] and z in self.layer.zones:
+            q = self.queries[qi]
+            bp = b[part]
+            a = np.maximum(self._cell_a[bp], q.lo)
+            e = np.minimum(self._cell_b[bp], np.nextafter(float(q.hi), np.inf))
+            zz = np.full(bp.shape[0], z, np.int64)
+            inr = np.where(e > a, self.layer.range_counts(zz, a, e), 0)
+            cnt = self.counts(z)[bp]
+            share[part] = np.where(cnt > 0, inr / np.maximum(cnt, 1), frac[part])
         return share, unc
 
     # ------------------------------------------------------------ preference
@@ -170,34 +147,51 @@ class PTAggregate(PTSelection):
 
     def _keys(self, qi, z, buckets, counts, frac) -> np.ndarray:
         b_all = self._q_buckets[qi][0]
-        share, _ = self._zone_frac(qi, z)
-        frac = share[np.searchsorted(b_all, buckets)]
+        share, unc = self._zone_frac(qi, z)
+        j = np.searchsorted(b_all, buckets) if (np.diff(b_all) > 0).all() else \
+            np.array([int(np.flatnonzero(b_all == x)[0]) for x in buckets.tolist()], np.int64)
+        frac = share[j]
         est = counts * frac
         if self.func in ("avg", "median"):
             return self.rng.exponential(size=est.shape[0]) / np.maximum(est, 1e-9)
         if self.func == "sum":
             return -(est * self._mean_guess(qi, buckets))
-        unc = counts * np.minimum(frac, 1.0 - frac)
-        return np.where(unc > 0, -unc, np.inf)  # full buckets need no scan (sorted last)
+        u = unc[j]
+        return np.where(u > 0, -u, np.inf)  # exact counts need no scan (sorted last)
 
-    def _on_scan(self, qi, z, bucket, positions, scanned=None) -> None:
-        self._scanned[qi].setdefault((z, bucket), []).append(positions)
-        if scanned is not None and scanned.shape[0]:
+    def _on_scan(self, qi, z, bucket, rid, ts, val, aux, hit) -> None:
+        if bucket >= self.n_range or self._q_partial[qi].get(bucket, False):
+            q = self.queries[qi]
+            k = (z, bucket)
+            self._inr[qi][k] = self._inr[qi].get(k, 0) + int(((val >= q.lo) & (val <= q.hi)).sum())
+        if hit.any():
+            self._scanned[qi].setdefault((z, bucket), []).append((ts[hit], aux[hit]))
+        if rid.shape[0]:
             last = self._glast.get((z, bucket), -1)
-            new = scanned[scanned > last]
-            if new.shape[0]:
-                p = self.index.aux[new]
+            new = rid > last
+            if new.any():
+                p = aux[new]
                 self._gb[bucket] += (p.shape[0], float(p.sum()), float((p * p).sum()))
-                self._glast[(z, bucket)] = int(new.max())
-        if positions.shape[0]:
-            p = self.index.aux[positions]
+                self._glast[(z, bucket)] = int(rid.max())
+        if hit.any():
+            p = aux[hit]
             e = self._bsum[qi].setdefault(bucket, [0.0, 0])
             e[0] += float(p.sum()); e[1] += int(p.shape[0])
             self._gsum[0] += float(p.sum()); self._gsum[1] += int(p.shape[0])
 
+    def _forget(self) -> None:
+        super()._forget()
+        zones = self.layer.zones
+        if len(self._glast) > 4 * self.n_buckets * (len(zones) + 1):
+            self._glast = {k: v for k, v in self._glast.items() if k[0] in zones}
+        for sc in self._scanned + self._inr:
+            if len(sc) > 2 * self.n_buckets * (len(zones) + 1):
+                for k in [k for k in sc if k[0] not in zones]:
+                    del sc[k]
+
     def _dispatch(self, qi: int) -> None:
         if self.func == "count":
-            # never pay for full buckets: they are exact in the summaries
+            # never pay for exact buckets: they are exact in the summaries
             heap = self._pending[qi]
             if heap and heap[0][0] == np.inf:
                 heap.clear()
@@ -207,11 +201,9 @@ class PTAggregate(PTSelection):
     def answer(self, qi: int, now: float | None = None):
         """(estimate, error) of query ``qi`` over the window ending at ``now``."""
         now = self.now if now is None else float(now)
-        idx = self.index
         lo_t = now - self.window
-        q = self.queries[qi]
         b, frac = self._q_buckets[qi]
-        zl = idx.zone_seconds
+        zl = self.zone_seconds
         scanned = self._scanned[qi]
         s_sum = 0.0
         s_vals = []
@@ -219,21 +211,29 @@ class PTAggregate(PTSelection):
         unscanned_n = np.zeros(b.shape[0])
         count_unc = 0.0
         upto = self._upto[qi]
-        for z in idx.zones_between(lo_t, now):
+        for z in self.layer.zones_between(lo_t, now):
+            if z <= self._z_before:        # shared layer: zones before the query's first arrival
+                continue
             zs, ze = z * zl, (z + 1) * zl
             tfrac = 1.0 if zs >= lo_t else max(0.0, (ze - lo_t) / zl)
-            cnt = idx.zones[z]["counts"][b]
+            cnt = self.counts(z)[b]
             done = np.array([upto.get((z, bb), 0) for bb in b.tolist()], np.int64) if upto else np.zeros(b.shape[0], np.int64)
             for j in np.flatnonzero(done > 0).tolist():
-                for pos in scanned.get((z, int(b[j])), ()):
-                    if pos.shape[0]:
-                        pos = pos[idx.ts[pos] > lo_t]
-                        v = idx.aux[pos]
+                for t_, v in scanned.get((z, int(b[j])), ()):
+                    if t_.shape[0]:
+                        v = v[t_ > lo_t]
                         s_sum += float(v.sum())
                         s_vals.append(v)
                         s_bkt.append(np.full(v.shape[0], j))
             rem = (cnt - done).astype(np.float64)
             share, unc = self._zone_frac(qi, z)
+            # in-range tuples not scanned: the exact in-range count minus those scanned
+            # (a partial bucket's scanned part need not have the cell's share)
+            inr = self._inr[qi]
+            got = np.array([inr.get((z, int(bb)), 0) if f < 1.0 else d
+                            for bb, f, d in zip(b.tolist(), frac.tolist(), done.tolist())], np.float64) \
+                if inr else np.where(frac < 1.0, 0.0, done)
+            rem_in = np.maximum(share * cnt - got, 0.0)
             tf = np.full(b.shape[0], tfrac)
             if tfrac < 1.0:
                 # a cell's unscanned remainder arrived after its last scan (cells grow
@@ -245,10 +245,10 @@ class PTAggregate(PTSelection):
                     t_last = max(float(upto_t.get((z, int(b[j])), -math.inf)), t_zone)
                     if t_last > zs:
                         tf[j] = min(1.0, max(0.0, (ze - max(lo_t, t_last)) / max(ze - t_last, 1e-12)))
-            unscanned_n += rem * share * tf
+            unscanned_n += rem_in * tf
             count_unc += float((unc * rem / np.maximum(cnt, 1) * tf).sum())
             if tfrac < 1.0:
-                count_unc += float((rem * share * np.minimum(tf, 1 - tf)).sum())
+                count_unc += float((rem_in * np.minimum(tf, 1 - tf)).sum())
         vals = np.concatenate(s_vals) if s_vals else np.zeros(0)
         vb = np.concatenate(s_bkt) if s_bkt else np.zeros(0, np.int64)
         n = vals.shape[0]

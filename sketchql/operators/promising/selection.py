@@ -17,8 +17,26 @@ Every query ``q`` keeps ``t_start`` (initially -inf).  When dispatched at time
     promise order together with the new ones) until they leave the window;
 (e) ``t_start = t_end``.
 
+Summaries: the value-ordered layer of the stream attribute
+(:class:`sketchql.index.value_layer.ValueLayer`: per time zone the tuples
+sorted by value).  The operator's value buckets are ``n_buckets`` equi-width
+ranges over ``domain`` plus one below and one above it (values outside the
+domain never fall in an edge bucket); a region (zone, bucket) is a cell of
+the layer, its size an exact count (two binary searches per run).  The layer
+is either the operator's own (``source=None``: fed by ``tick``) or the one
+*shared* by every selection / aggregate over the attribute (``source`` = the
+engine's declared :class:`~sketchql.index.StreamIndex`, or a ValueLayer):
+then the operator does not ingest; it binds its arrivals to the stream rows
+under which the layer holds them (:meth:`PTSelection.bind`, a
+:class:`~sketchql.index.value_layer.RowMap`) and a scan keeps only those rows
+(its filters / sample / registration applied at probe time).  The insert is
+charged in both modes; the same arrivals, seeds and budgets give the same
+regions, costs and results.
+
 A region (zone, bucket) is scanned at most once per query, so no tuple is
-reported twice.  With a window ``w`` a selected tuple is valid while
+reported twice: the query remembers the last tuple processed per region (a
+row watermark; rows increase with arrival) and a later scan of a region
+that grew (the open zone, a late tuple) reads only the rows after it.  With a window ``w`` a selected tuple is valid while
 ``ts > now - w``; regions whose zone left the window are dropped unscanned
 and ``current(q, now)`` drops the expired results.
 
@@ -45,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import SketchQLError
-from ._miniindex import MiniIndex
+from ...index.value_layer import RowMap, ValueLayer, layer_of
 from .costs import COSTS
 
 
@@ -78,6 +96,10 @@ def as_queries(queries, attr: str = "item") -> list:
     return out
 
 
+def _empty_tuples():
+    return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+
+
 class PTSelection:
     """Promising-tuple multi-query selection (module doc).
 
@@ -89,15 +111,19 @@ class PTSelection:
     (work units of idle time that may be kept for later, split among the
     queries -- the counterpart of the baselines' ``max_backlog``),
     ``probe_batch`` (``"auto"``: pending regions are scanned in batches,
-    same regions and costs as one at a time; ``1``: the one-at-a-time loop).
+    same regions and costs as one at a time; ``1``: the one-at-a-time loop),
+    ``source`` (None: a private value layer; a StreamIndex or a ValueLayer:
+    the shared one, see :meth:`bind`).
     """
 
     def __init__(self, queries, attr: str = "item", stream: int = 0, window: float = math.inf,
                  domain=None, n_buckets: int = 128, zone_seconds: float = 2.0, value_attr: str | None = None,
-                 seed: int = 0, bank: float = 0.0, name: str = "pt_selection", probe_batch="auto"):
+                 seed: int = 0, bank: float = 0.0, name: str = "pt_selection", probe_batch="auto", source=None):
         self.queries = as_queries(queries, attr)
         if not (probe_batch == "auto" or probe_batch == 1):
             raise SketchQLError(f"selection: probe_batch must be 'auto' or 1, got {probe_batch!r}")
+        if int(n_buckets) < 1:
+            raise SketchQLError(f"selection: n_buckets must be >= 1, got {n_buckets!r}")
         self.probe_batch = probe_batch
         self._mean_cost = 4.0
         # the per-region hook is only called when a subclass uses it
@@ -112,38 +138,82 @@ class PTSelection:
         self.value_attr = value_attr
         self.bank = float(bank)
         self.rng = np.random.default_rng([int(seed), 0x5E1])
-        keep = self.window + 2 * zone_seconds if math.isfinite(self.window) else math.inf
-        self.index = MiniIndex(n_buckets=n_buckets, zone_seconds=zone_seconds, keep=keep,
-                               range_domain=self.domain)
+        zs = float(zone_seconds)
+        keep = self.window + 2 * zs if math.isfinite(self.window) else math.inf
+        cols = (value_attr,) if value_attr else ()
+        if source is None:
+            self.layer, self.view = ValueLayer(zs, keep=keep, columns=cols), None
+        elif isinstance(source, ValueLayer):
+            self.layer, self.view = source.require(keep, cols), RowMap()
+        elif hasattr(source, "promising_regions"):          # a StreamIndex: its value layer
+            self.layer, self.view = layer_of(source, zs).require(keep, cols), RowMap()
+        else:
+            raise SketchQLError(f"selection: source must be None, a StreamIndex or a ValueLayer, got {source!r}")
+        self.shared = self.view is not None
+        self.zone_seconds = self.layer.zone_seconds
         nb = int(n_buckets)
+        self.n_range, self.n_buckets = nb, nb + 2      # + below / above the domain
         edges = self.domain[0] + (self.domain[1] - self.domain[0] + 1e-12) * np.arange(nb + 1) / nb
         self._b_lo, self._b_hi = edges[:-1], edges[1:]
+        # bucket b's value range [cell_a[b], cell_b[b]): range buckets, then below and above the domain
+        self._cell_a = np.r_[edges[:-1], -np.inf, edges[-1]]
+        self._cell_b = np.r_[edges[1:], edges[0], np.inf]
+        self._edges = np.r_[-np.inf, edges, np.inf]     # value order: below, b0 .. b(nb-1), above
+        self._hi_row = -1                        # newest row the operator has (rows increase with arrival)
+        self._z_before = -math.inf               # shared: the zone before the first arrival's
+        self._bound = None                       # shared: (seqs, rows, ts) bound, not yet ticked
         nq = len(self.queries)
         self._t_start = [-math.inf] * nq        # last zone number consumed (as float)
         self._pending = [[] for _ in range(nq)]  # heaps of (key, -zone, bucket)
         self._upto = [dict() for _ in range(nq)]  # (zone, bucket) -> cell tuples already scanned
+        self._wm = [dict() for _ in range(nq)]    # (zone, bucket) -> last row scanned (watermark)
         self._upto_t = [dict() for _ in range(nq)]  # (zone, bucket) -> ``now`` of its last scan
         self._zone_t = [dict() for _ in range(nq)]  # zone -> ``now`` of its last complete idle pass
         self._account = [0.0] * nq
         self._out = [[] for _ in range(nq)]
+        self._out_ts = [[] for _ in range(nq)]
         w = np.array([q.weight for q in self.queries], np.float64)
         self._share = w / w.sum()
         self._q_buckets = [self._buckets_of(q) for q in self.queries]
+        self._cc: dict = {}                      # zone -> (layer zone version, counts): this step only
         self.now = -math.inf
         self._stats = {"work": 0.0, "insert_work": 0.0, "outputs": 0, "probes": 0, "compares": 0,
                        "tuples_in": 0, "regions_dropped": 0}
 
+    # ------------------------------------------------------------ queries
+    def add_query(self, lo, hi, weight: float = 1.0):
+        """Add the range query ``[lo, hi]`` before any data arrived (its per-query state is
+        then empty); returns its index, or None once data has arrived."""
+        if self._stats["tuples_in"] or math.isfinite(self.now):
+            return None
+        q = RangeQuery(float(lo), float(hi), self.attr, float(weight))
+        self.queries.append(q)
+        self._t_start.append(self._t_start[0] if self._t_start else -math.inf)
+        for a in ("_pending", "_out", "_out_ts"):
+            getattr(self, a).append([])
+        for a in ("_upto", "_wm", "_upto_t", "_zone_t"):
+            getattr(self, a).append({})
+        self._account.append(0.0)
+        self._q_buckets.append(self._buckets_of(q))
+        w = np.array([x.weight for x in self.queries], np.float64)
+        self._share = w / w.sum()
+        self._on_add_query(len(self.queries) - 1)
+        return len(self.queries) - 1
+
+    def _on_add_query(self, qi) -> None:
+        """Hook: per-query state of a subclass for a query added by :meth:`add_query`."""
+
     def _buckets_of(self, q: RangeQuery):
         """(buckets overlapping ``q``, share of each bucket's value range inside
-        ``q``).  The out-of-domain buckets (see :mod:`._miniindex`) are added,
-        as partial (share 0.5: unknown, refined by the sketches and by scans),
-        when ``q`` reaches beyond the domain."""
+        ``q``).  The out-of-domain buckets are added, as partial (share 0.5:
+        unknown, refined by the layer's counts and by scans), when ``q``
+        reaches beyond the domain."""
         ov = np.minimum(self._b_hi, q.hi + 1) - np.maximum(self._b_lo, q.lo)
         width = self._b_hi - self._b_lo
         frac = np.clip(ov / width, 0.0, 1.0)
         b = np.flatnonzero(frac > 0)
         frac = frac[b]
-        nr = self.index.n_range
+        nr = self.n_range
         extra = [nr] if q.lo < self.domain[0] else []
         extra += [nr + 1] if q.hi > self.domain[1] else []
         if extra:
@@ -151,24 +221,97 @@ class PTSelection:
             frac = np.r_[frac, np.full(len(extra), 0.5)]
         return b, frac
 
+    # ------------------------------------------------------------ the layer
+    def counts(self, z) -> np.ndarray:
+        """Exact tuple counts of zone ``z`` per bucket (bucket numbering; cached for the step)."""
+        zone = self.layer.zones.get(z)
+        if zone is None:
+            return np.zeros(self.n_buckets, np.int64)
+        hit = self._cc.get(z)
+        if hit is not None and hit[0] == zone.version:
+            return hit[1]
+        c = self.layer.cell_counts(z, self._edges)
+        nr = self.n_range
+        c = np.r_[c[1:nr + 1], c[0], c[nr + 1]]
+        self._cc[z] = (zone.version, c)
+        return c
+
+    def bind(self, seqs, rows, ts=None) -> None:
+        """Shared layer: the stream rows (the layer's row ids) of the arrivals ``seqs`` the
+        operator is ticked with next (same order); the rows it is never given are never found."""
+        if not self.shared:
+            raise SketchQLError("selection: bind() is for an operator on a shared layer (source=...)")
+        seqs = np.asarray(seqs, np.int64)
+        rows = np.asarray(rows, np.int64)
+        if rows.shape != seqs.shape:
+            raise SketchQLError(f"selection.bind: {seqs.shape[0]} arrivals but {rows.shape[0]} rows")
+        ts = np.zeros(seqs.shape[0]) if ts is None else np.asarray(ts, np.float64)
+        if self._bound is None:
+            self._bound = (seqs, rows, ts)
+        else:
+            self._bound = tuple(np.concatenate([a, b]) for a, b in zip(self._bound, (seqs, rows, ts)))
+
+    def _ingest(self, batch, m) -> int:
+        vals = getattr(batch, self.attr)[m]
+        seq = batch.seq[m]
+        n = int(seq.shape[0])
+        if not self.shared:
+            cols = {self.value_attr: getattr(batch, self.value_attr)[m]} if self.value_attr else None
+            self.layer.ingest(vals, batch.ts[m], seq, cols)
+            self._hi_row = self.layer.max_rid
+            return n
+        bs, br, bt = self._bound if self._bound is not None else (np.zeros(0, np.int64),) * 3
+        i = np.searchsorted(bs, seq) if bs.shape[0] and (np.diff(bs) > 0).all() else None
+        if i is None:
+            o = np.argsort(bs, kind="stable")
+            bs, br, bt = bs[o], br[o], bt[o]
+            i = np.searchsorted(bs, seq)
+        ok = i < bs.shape[0]
+        ok[ok] = bs[i[ok]] == seq[ok]
+        if not ok.all():
+            raise SketchQLError(f"selection on a shared layer: {int((~ok).sum())} arrivals have no stream row "
+                                f"(call bind(seqs, rows) before tick)")
+        rows = br[i]
+        bt = batch.ts[m]
+        self.view.bind(seq, rows, bt)
+        self._bound = None
+        if self._t_start and self._t_start[0] == -math.inf and self.view.first_row is not None:
+            # the query starts with its first arrival: older zones hold none of its rows
+            t0 = math.floor(self.view.first_ts / self.zone_seconds) - 1
+            self._t_start = [max(t, t0) for t in self._t_start]
+            self._z_before = t0
+        self._hi_row = self.view.last_row
+        return n
+
     def tick(self, batch, allowance) -> None:
         units = float(np.sum(allowance))
+        self._cc = {}
         m = batch.stream == self.stream
         if m.any():
-            vals = getattr(batch, self.attr)[m]
-            aux = getattr(batch, self.value_attr)[m] if self.value_attr else None
-            n = self.index.ingest(vals, batch.ts[m], batch.seq[m], aux)
+            n = self._ingest(batch, m)
             units -= COSTS["insert"] * n
             self._stats["work"] += COSTS["insert"] * n
             self._stats["insert_work"] += COSTS["insert"] * n
             self._stats["tuples_in"] += n
         if len(batch):
             self.now = max(self.now, float(batch.ts[-1]))
+        if self.shared and math.isfinite(self.window) and math.isfinite(self.now):
+            self.view.prune(self.now - self.window - 2 * self.zone_seconds)
         self._register(closed_only=True)
         for qi in range(len(self.queries)):
             self._account[qi] += units * self._share[qi]
             if self._account[qi] > 0:
                 self._dispatch(qi)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the per-region bookkeeping of zones the layer no longer holds."""
+        zones = self.layer.zones
+        for qi in range(len(self.queries)):
+            for d in (self._upto[qi], self._wm[qi], self._upto_t[qi]):
+                if len(d) > 4 * self.n_buckets * (len(zones) + 1):
+                    for k in [k for k in d if k[0] not in zones]:
+                        del d[k]
 
     def finish(self) -> None:
         """Nothing more arrives (no extra budget is granted)."""
@@ -179,62 +322,86 @@ class PTSelection:
         their part not yet scanned by an idle pass, see ``_dispatch``); a
         summary lookup costs ``node`` per (query, bucket, zone), charged to
         the query."""
-        idx = self.index
         if not math.isfinite(self.now):   # nothing has arrived yet (e.g. registered before data)
             return
-        cur_zone = math.floor(self.now / idx.zone_seconds)
+        cur_zone = math.floor(self.now / self.zone_seconds)
         t_end = cur_zone - 1 if closed_only else cur_zone
-        new = [z for z in idx.zones_between(-math.inf, self.now) if self._t_start[0] < z <= t_end]
+        t0 = min(self._t_start)
+        new = [z for z in self.layer.zones_between(-math.inf, self.now) if t0 < z <= t_end]
         if not new:
             return
         for qi, q in enumerate(self.queries):
             b, frac = self._q_buckets[qi]
             heap = self._pending[qi]
             upto = self._upto[qi]
-            for z in new:
-                cnt = idx.zones[z]["counts"][b]
+            mine = [z for z in new if z > self._t_start[qi]]
+            for z in mine:
+                cnt = self.counts(z)[b]
                 done = np.array([upto.get((z, bb), 0) for bb in b.tolist()], np.int64) if upto else 0
                 rem = cnt - done
                 ok = rem > 0
                 key = self._keys(qi, z, b[ok], rem[ok], frac[ok])
                 for p, bb in zip(key.tolist(), b[ok].tolist()):
                     heapq.heappush(heap, (p, -z, bb))
-            units = COSTS["node"] * b.shape[0] * len(new)
+            units = COSTS["node"] * b.shape[0] * len(mine)
             self._account[qi] -= units
             self._stats["work"] += units
-        self._t_start = [t_end] * len(self.queries)
+        self._t_start = [max(t, t_end) for t in self._t_start]
 
     def _keys(self, qi, z, buckets, counts, frac) -> np.ndarray:
         """Heap keys (smallest first) of query ``qi``'s new regions: desc on
         promise = estimated hits / (1 + cell size)."""
         return -(counts * frac) / (1.0 + counts)
 
-    def _on_scan(self, qi, z, bucket, positions, scanned=None) -> None:
-        """Hook: a region was scanned; ``positions`` of its qualifying tuples,
-        ``scanned`` of every tuple compared."""
+    def _on_scan(self, qi, z, bucket, rid, ts, val, aux, hit) -> None:
+        """Hook: a region was scanned; its compared tuples (rows ``rid``, ``ts``, values
+        ``val``, the ``value_attr`` column ``aux``) and which of them qualify for query ``qi``
+        (``hit``: in the range, in the window and, shared, the query's)."""
+
+    def _cols(self):
+        return (self.value_attr,) if self._hooked and self.value_attr else ()
+
+    def _emit(self, qi, rid, ts, hit) -> None:
+        """Report the qualifying tuples (in the query's numbering: its arrival seqs)."""
+        if not hit.any():
+            return
+        r, t = rid[hit], ts[hit]
+        if self.shared:
+            seq, ok = self.view.translate(r)
+            r, t = seq[ok], t[ok]
+            if not r.shape[0]:
+                return
+        self._out[qi].append(r)
+        self._out_ts[qi].append(t)
+        self._stats["outputs"] += int(r.shape[0])
+
+    def _hits(self, qi, rid, ts, val):
+        q = self.queries[qi]
+        hit = (val >= q.lo) & (val <= q.hi)
+        if math.isfinite(self.window):
+            hit &= ts > self.now - self.window
+        if self.shared:
+            hit &= self.view.translate(rid)[1]
+        return hit
 
     def _scan(self, qi, z, bb, acct) -> float:
         """Scan the not yet scanned tuples of cell (z, bb) for query qi."""
-        q = self.queries[qi]
-        idx = self.index
+        cols = self._cols()
+        wm = self._wm[qi]
+        _, rid, ts, val, aux = self.layer.gather(np.array([z]), self._cell_a[bb], self._cell_b[bb],
+                                                 wm.get((z, bb), -1), self._hi_row, cols)
         upto = self._upto[qi]
-        pos = idx.cell_positions(z, bb)
-        k0 = upto.get((z, bb), 0)
-        pos = pos[k0:]
-        upto[(z, bb)] = k0 + pos.shape[0]
+        upto[(z, bb)] = upto.get((z, bb), 0) + rid.shape[0]
+        wm[(z, bb)] = self._hi_row
         self._upto_t[qi][(z, bb)] = self.now
-        v = idx.vals[pos]
-        hit = (v >= q.lo) & (v <= q.hi)
-        if math.isfinite(self.window):
-            hit &= idx.ts[pos] > self.now - self.window
-        cost = COSTS["probe"] + COSTS["compare"] * pos.shape[0]
+        hit = self._hits(qi, rid, ts, val)
+        cost = COSTS["probe"] + COSTS["compare"] * rid.shape[0]
         self._stats["work"] += cost
         self._stats["probes"] += 1
-        self._stats["compares"] += int(pos.shape[0])
-        self._on_scan(qi, z, bb, pos[hit], pos)
-        if hit.any():
-            self._out[qi].append(idx.rid[pos[hit]])
-            self._stats["outputs"] += int(hit.sum())
+        self._stats["compares"] += int(rid.shape[0])
+        if self._hooked:
+            self._on_scan(qi, z, bb, rid, ts, val, aux.get(self.value_attr) if cols else None, hit)
+        self._emit(qi, rid, ts, hit)
         return acct - cost
 
     def _scan_batch(self, qi, heap, horizon, acct) -> float:
@@ -244,92 +411,79 @@ class PTSelection:
         the one-at-a-time loop would have scanned -- and put the rest back;
         scan the kept regions with one gather over the cells.  k ~ 1.5 x the
         regions the account covers at the recent mean cost (at most 4096)."""
-        idx = self.index
+        layer = self.layer
         k = int(min(4096, len(heap), max(4, 1.5 * acct / max(self._mean_cost, 1.0) + 4)))
         pop = heapq.heappop
         items = [pop(heap) for _ in range(k)]
         z = -np.fromiter((it[1] for it in items), np.int64, k)
         bb = np.fromiter((it[2] for it in items), np.int64, k)
-        zs = idx.zone_seconds
-        zset = idx.zones
+        zs = self.zone_seconds
+        zset = layer.zones
         live = ((z + 1) * zs > horizon) & np.fromiter((zz in zset for zz in z.tolist()), bool, k)
-        upto = self._upto[qi]
-        k0 = np.array([upto.get(c, 0) for c in zip(z.tolist(), bb.tolist())], np.int64) if upto else \
-            np.zeros(k, np.int64)
+        upto, wm = self._upto[qi], self._wm[qi]
+        keys = list(zip(z.tolist(), bb.tolist()))
+        k0 = np.array([upto.get(c, 0) for c in keys], np.int64) if upto else np.zeros(k, np.int64)
         n_cell = np.zeros(k, np.int64)
-        st = np.zeros(k, np.int64)
-        csr = {}
-        for zz in np.unique(z[live]).tolist():
-            m = np.flatnonzero(live & (z == zz))
-            order, off = csr[zz] = idx._csr(zz)
-            st[m] = off[bb[m]]
-            n_cell[m] = off[bb[m] + 1] - off[bb[m]]
+        if live.any():
+            n_cell[live] = layer.range_counts(z[live], self._cell_a[bb[live]], self._cell_b[bb[live]])
         ln = np.where(live, np.maximum(n_cell - k0, 0), 0)
         cost = np.where(live, COSTS["probe"] + COSTS["compare"] * ln, 0.0)
         cum_before = np.cumsum(cost) - cost
         took = max(1, int(np.searchsorted(cum_before, acct, "left")))
-        if len(set(zip(z[:took].tolist(), bb[:took].tolist()))) < took:   # a region twice: keep the loop's order
+        if len(set(keys[:took])) < took:   # a region twice: keep the loop's order
             took = 1
         for it in items[took:]:
             heapq.heappush(heap, it)
-        z, bb, live, ln, k0, st, cost = z[:took], bb[:took], live[:took], ln[:took], k0[:took], st[:took], cost[:took]
+        z, bb, live, k0 = z[:took], bb[:took], live[:took], k0[:took]
         self._stats["regions_dropped"] += int((~live).sum())
         r = np.flatnonzero(live)
         if not r.shape[0]:
             return acct
-        self._mean_cost = 0.8 * self._mean_cost + 0.2 * float(cost.sum()) / max(1, r.shape[0])
-        q = self.queries[qi]
-        # gather the unscanned tuples of every kept cell (in region order)
-        lr = ln[r]
-        tot = int(lr.sum())
-        rep = np.repeat(np.arange(r.shape[0]), lr)
-        within = np.arange(tot) - np.repeat(np.cumsum(lr) - lr, lr)
-        local = st[r][rep] + k0[r][rep] + within     # offsets into each zone's CSR order
-        pos = np.empty(tot, np.int64)
-        zr = z[r][rep]
-        for zz, (order, _) in csr.items():
-            m = zr == zz
-            if m.any():
-                pos[m] = order[local[m]]
-        v = idx.vals[pos]
-        hit = (v >= q.lo) & (v <= q.hi)
-        if math.isfinite(self.window):
-            hit &= idx.ts[pos] > self.now - self.window
-        now = self.now
-        upto_t = self._upto_t[qi]
-        for zz, b_, a0, n in zip(z[r].tolist(), bb[r].tolist(), k0[r].tolist(), lr.tolist()):
-            upto[(zz, b_)] = a0 + n
-            upto_t[(zz, b_)] = now
+        zr, br = z[r], bb[r]
+        w0 = np.array([wm.get(c, -1) for c in zip(zr.tolist(), br.tolist())], np.int64) if wm else \
+            np.full(r.shape[0], -1, np.int64)
+        cols = self._cols()
+        reg, rid, ts, val, aux = layer.gather(zr, self._cell_a[br], self._cell_b[br], w0, self._hi_row, cols)
+        lr = np.bincount(reg, minlength=r.shape[0])
+        cost = COSTS["probe"] + COSTS["compare"] * lr
         spent = float(cost.sum())
+        self._mean_cost = 0.8 * self._mean_cost + 0.2 * spent / max(1, r.shape[0])
+        hit = self._hits(qi, rid, ts, val)
+        now, hi_row = self.now, self._hi_row
+        upto_t = self._upto_t[qi]
+        for zz, b_, a0, n in zip(zr.tolist(), br.tolist(), k0[r].tolist(), lr.tolist()):
+            upto[(zz, b_)] = a0 + n
+            wm[(zz, b_)] = hi_row
+            upto_t[(zz, b_)] = now
+        tot = int(lr.sum())
         self._stats["work"] += spent
         self._stats["probes"] += int(r.shape[0])
         self._stats["compares"] += tot
         if self._hooked:
             ends = np.cumsum(lr)
-            for j, (zz, b_) in enumerate(zip(z[r].tolist(), bb[r].tolist())):
+            px = aux.get(self.value_attr) if cols else None
+            for j, (zz, b_) in enumerate(zip(zr.tolist(), br.tolist())):
                 a, e = int(ends[j] - lr[j]), int(ends[j])
-                self._on_scan(qi, zz, b_, pos[a:e][hit[a:e]], pos[a:e])
-        if hit.any():
-            self._out[qi].append(idx.rid[pos[hit]])
-            self._stats["outputs"] += int(hit.sum())
+                self._on_scan(qi, zz, b_, rid[a:e], ts[a:e], val[a:e], None if px is None else px[a:e], hit[a:e])
+        self._emit(qi, rid, ts, hit)
         return acct - spent
 
     def _dispatch(self, qi: int) -> None:
         """Step (d): scan pending regions by promise until the query's budget
         runs out; when they are exhausted (idle), scan the new tuples of the
         still open zone (by promise); those are not scanned again later."""
-        idx = self.index
         heap = self._pending[qi]
         horizon = self.now - self.window
         acct = self._account[qi]
         batch = self.probe_batch != 1
+        zs = self.zone_seconds
         while acct > 0 and heap:
             if batch and acct >= 16.0 * self._mean_cost:   # a batch pays off from ~16 regions on
                 acct = self._scan_batch(qi, heap, horizon, acct)
                 continue
             _, negz, bb = heapq.heappop(heap)
             z = -negz
-            if (z + 1) * idx.zone_seconds <= horizon or z not in idx.zones:
+            if (z + 1) * zs <= horizon or z not in self.layer.zones:
                 self._stats["regions_dropped"] += 1
                 continue
             a0 = acct
@@ -337,10 +491,10 @@ class PTSelection:
             if math.isfinite(a0):
                 self._mean_cost = 0.9 * self._mean_cost + 0.1 * (a0 - acct)
         if acct > 0 and not heap and math.isfinite(self.now):
-            cur = math.floor(self.now / idx.zone_seconds)
-            if cur in idx.zones and cur > self._t_start[qi]:
+            cur = math.floor(self.now / zs)
+            if cur in self.layer.zones and cur > self._t_start[qi]:
                 b, frac = self._q_buckets[qi]
-                cnt = idx.zones[cur]["counts"][b]
+                cnt = self.counts(cur)[b]
                 upto = self._upto[qi]
                 done = np.array([upto.get((cur, bb), 0) for bb in b.tolist()], np.int64)
                 rem = cnt - done
@@ -366,23 +520,43 @@ class PTSelection:
             self._dispatch(qi)
 
     def results(self) -> list:
-        """Per query: rids of every tuple reported so far (production order)."""
+        """Per query: ids of every tuple reported so far (production order): the arrival
+        numbers (``batch.seq``) the operator was ticked with."""
         return [np.concatenate(o) if o else np.zeros(0, np.int64) for o in self._out]
 
     def current(self, qi: int, now: float | None = None) -> np.ndarray:
-        """Rids of query ``qi``'s results still inside the window at ``now``."""
+        """Ids of query ``qi``'s results still inside the window at ``now``."""
         r = self.results()[qi]
         now = self.now if now is None else now
         if not math.isfinite(self.window):
             return r
-        # rids index the stored tuples; look their timestamps up
-        ts = self._ts_of(r)
+        o = self._out_ts[qi]
+        ts = np.concatenate(o) if o else np.zeros(0)
         return r[ts > now - self.window]
 
-    def _ts_of(self, rids):
-        idx = self.index
-        pos = np.searchsorted(idx.rid[: idx.n], rids)
-        return idx.ts[pos]
+    def window_tuples(self, t_from: float, t_to: float, lo=-math.inf, hi=math.inf, columns=()):
+        """``(ids, ts, values, cols)`` of the operator's tuples with ``t_from < ts <= t_to`` and
+        ``lo <= value <= hi`` read from the layer (exact; shared: only the rows it was given)."""
+        zs = self.layer.zones_between(t_from, t_to)
+        if not zs:
+            e = np.zeros(0, np.int64)
+            return e, np.zeros(0), e, {c: np.zeros(0) for c in columns}
+        b = np.nextafter(float(hi), np.inf) if math.isfinite(hi) else np.inf
+        _, rid, ts, val, cols = self.layer.gather(np.array(zs, np.int64), float(lo), b, -1, self._hi_row, columns)
+        m = (ts > t_from) & (ts <= t_to) & (val >= lo) & (val <= hi)
+        if self.shared:
+            seq, ok = self.view.translate(rid)
+            m &= ok
+            rid = seq
+        return rid[m], ts[m], val[m], {c: v[m] for c, v in cols.items()}
+
+    def index_nbytes(self) -> int:
+        """Memory of the summaries this operator reads: its own layer, or (shared) its row map
+        only -- the shared layer is counted once by its index (``stats()['value_layer_bytes']``)."""
+        return self.view.nbytes if self.shared else self.layer.nbytes
 
     def stats(self) -> dict:
-        return dict(self._stats)
+        d = dict(self._stats)
+        d.update({"layer_shared": self.shared, "layer_bytes": int(self.layer.nbytes),
+                  "view_bytes": int(self.view.nbytes) if self.shared else 0})
+        return d
