@@ -105,3 +105,38 @@ def test_model_calibration_moves_towards_the_measurement():
     for b in (10.0, 20.0, 40.0):
         j.calibrate(b, 1 - np.exp(-b / 10.0))
     assert j.b0 == pytest.approx(10.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed,n_grid", [(s, n) for s in range(4) for n in (3, 40)])
+def test_the_optimum_is_never_below_a_uniform_split_or_a_common_rate(seed, n_grid):
+    """Brute force of the two baselines inside the allocator's feasible set: a memory split evenly
+    (water-filling) and one sampling rate for every query, each the best that fits."""
+    from sketchql.approx.allocator import baseline_candidates
+    rng = np.random.default_rng(seed)
+    models = [_agg(rng.uniform(100, 5000, rng.integers(1, 4)), k=rng.uniform(0.3, 2.0), mem=rng.uniform(500, 3000))
+              for _ in range(2)]
+    models.append(JoinRecallModel(rate_in=10.0, memory_full=float(rng.uniform(1000, 6000)), b0=20.0, b_max=200.0))
+    w = rng.uniform(0.5, 3.0, 3)
+    budget = float(rng.uniform(0.02, 0.6) * sum(m.memory_full for m in models))
+    res = allocate(models, w, memory=budget, n_grid=n_grid)
+    assert res.memory <= budget * (1 + 1e-6)
+    # brute force: the uniform split and the common rate on a fine grid, the join at b_max
+    g = np.geomspace(1e-3, 1.0, 4000)
+    P, Mm = [], []
+    for m in models:
+        x = np.column_stack([g, np.full(len(g), 200.0)]) if m.dims == 2 else g[:, None]
+        p, mm, _ = m.evaluate_grid(x)
+        P.append(p)
+        Mm.append(mm)
+    common = [int(i) for i in range(len(g)) if sum(mm[i] for mm in Mm) <= budget]
+    if common:
+        i = common[-1]
+        assert res.objective >= sum(wq * p[i] for wq, p in zip(w, P)) - 1e-6
+    for L in np.geomspace(1.0, budget, 300):
+        idx = [max(int(np.searchsorted(mm, L, side="right")) - 1, 0) for mm in Mm]
+        if sum(mm[i] for mm, i in zip(Mm, idx)) <= budget:
+            assert res.objective >= sum(wq * p[i] for wq, p, i in zip(w, P, idx)) - 1e-6
+    cands = baseline_candidates(models, budget, None, [None] * 3, res.knobs)
+    assert set(cands) == {"uniform", "proportional"}
+    for c in cands.values():
+        assert sum(m.evaluate(x)[1] for m, x in zip(models, c)) <= budget * (1 + 1e-9)

@@ -18,7 +18,12 @@ objective with two coupling constraints and 1 or 2 knobs per query:
    multipliers are bisected / searched until the budgets hold (the dual
    optimum, exact on the convex hull of each query's frontier);
 2. the best grid point is polished by ``scipy.optimize.minimize`` (SLSQP)
-   in the continuous space; the polish is kept only if feasible and better.
+   in the continuous space; the polish is kept only if feasible and better;
+3. the simple allocations that lie in the same feasible set -- a uniform
+   split of the memory (water-filling over the contract floors) and one
+   common rate for all queries (what load shedding at the inputs does) --
+   are evaluated as candidates (:func:`baseline_candidates`), so the
+   predicted optimum is never below theirs.
 
 Contracts: the needs are imposed as lower bounds when all of them fit
 together; otherwise the contracts that do not fit (lowest weight first) are
@@ -45,7 +50,7 @@ import numpy as np
 
 from .precision_model import P_MIN, QueryModel
 
-__all__ = ["Allocation", "allocate", "knob_grid"]
+__all__ = ["Allocation", "allocate", "baseline_candidates", "knob_grid"]
 
 _EXHAUSTIVE_MAX = 400_000
 
@@ -129,7 +134,74 @@ def _solve(models, weights, M, C, lower, n_grid):
             return None
     x0, f0 = best
     x, f = _polish(models, w, M, C, lower, x0, f0)
-    return x, f, method + (" + SLSQP" if f > f0 + 1e-12 else "")
+    method += " + SLSQP" if f > f0 + 1e-12 else ""
+    # the simple allocations that lie in the same feasible set are candidates too: the optimum
+    # returned is never below the predicted value of a uniform split or of proportional shedding
+    for name, cand in baseline_candidates(models, M, C, lower, x).items():
+        fc = float(sum(wq * m.evaluate(xc)[0] for wq, m, xc in zip(w, models, cand)))
+        if fc > f + 1e-9:
+            x, f, method = cand, fc, f"{name} candidate (better than {method})"
+    return x, f, method
+
+
+def _rate_axis(model, lo_rate: float, n: int = 512) -> np.ndarray:
+    a, b = model.bounds()[0]
+    a = max(a, lo_rate)
+    return np.unique(np.concatenate([np.geomspace(max(a, 1e-12), b, n), [a, b]]))
+
+
+def baseline_candidates(models, M, C, lower, x_ref) -> dict:
+    """Two simple allocations inside the problem's feasible set, for comparison with the optimum.
+
+    Only the first knob (the sampling rate) is set; the others keep their values in ``x_ref``.
+
+    * ``uniform``: every query gets the same memory (water-filling: a query that needs less at
+      rate 1 keeps only that, one whose contract floor needs more keeps its floor), the level
+      found by bisection so that the memory and CPU budgets hold;
+    * ``proportional``: one common rate for every query (what load shedding at the inputs does),
+      the largest that fits, each query's rate at least its lower bound.
+
+    Candidates that do not fit the budgets (the floors alone overflow) are left out."""
+    out = {}
+    axes, stats = [], []
+    for m, lo, xr in zip(models, lower, x_ref):
+        ax = _rate_axis(m, lo[0] if lo is not None else m.bounds()[0][0])
+        rest = [float(v) for v in list(xr)[1:]]
+        g = np.column_stack([ax] + [np.full(len(ax), v) for v in rest]) if rest else ax[:, None]
+        P, Mm, Cc = m.evaluate_grid(g)
+        axes.append(g)
+        stats.append((np.asarray(Mm, float), np.asarray(Cc, float)))
+
+    def pick_level(L):           # per query: the largest rate whose memory is <= max(L, its floor)
+        return [int(max(0, np.searchsorted(Mm, max(L, Mm[0]) * (1 + 1e-12), side="right") - 1))
+                for Mm, _ in stats]
+
+    def pick_rate(r):
+        return [int(max(0, np.searchsorted(g[:, 0], r * (1 + 1e-12), side="right") - 1)) for g in axes]
+
+    def total(ch):
+        return (sum(stats[q][0][c] for q, c in enumerate(ch)), sum(stats[q][1][c] for q, c in enumerate(ch)))
+
+    for name, pick, hi in (("uniform", pick_level, max(s[0][-1] for s in stats)),
+                           ("proportional", pick_rate, 1.0)):
+        a, b = 0.0, hi
+        ch = pick(b)
+        mem, cpu = total(ch)
+        if not _fits(np.array(mem), np.array(cpu), M, C):
+            ch = pick(a)
+            mem, cpu = total(ch)
+            if not _fits(np.array(mem), np.array(cpu), M, C):
+                continue
+            for _ in range(60):
+                mid = 0.5 * (a + b)
+                cm = pick(mid)
+                mm, cc = total(cm)
+                if _fits(np.array(mm), np.array(cc), M, C):
+                    a, ch = mid, cm
+                else:
+                    b = mid
+        out[name] = [axes[q][c] for q, c in enumerate(ch)]
+    return out
 
 
 def _lagrange(grids, vals, w, M, C):

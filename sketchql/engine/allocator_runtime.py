@@ -10,14 +10,18 @@ promising-tuple joins, the probe budget per tuple.
   own groups (estimated rows and coefficient of variation per group), and
   calibrated by the audits (measured vs predicted error; join recall per
   budget).  Exact queries (no contract, ``EXACT``) are not approximated: their
-  estimated memory and CPU are taken off the budgets first.
+  estimated memory and CPU are taken off the budgets first, and so are the
+  **shadow exact plans** (:meth:`EngineAllocator.shadow_resources`): the warm
+  standby of ``ON MISS EXACT`` (the query's full exact state) and the audits'
+  shadows (``min(1, 2 × audit_share)`` of it, time-averaged: an audited window
+  needs a window of warm-up).
 * **the problem** is solved by :func:`sketchql.approx.allocator.allocate`
   (weights = query weights, 0 for inactive queries: leftovers only;
   contracts as lower bounds when they fit, reported infeasible otherwise).
   Without budgets every approximate query gets exactly what its contract
   needs (static approximation).
 * **re-planning**: at once when a query is added / removed / reweighted /
-  (de)activated, when a contract or a budget changes and when statistics
+  (de)activated, when a contract, an audit share or a budget changes and when statistics
   first become available; when a stream's measured rate moves by more than
   ``rate_factor`` (1.5×) or a query's group statistics (number of groups, mean
   error factor, estimated window rows) move by more than 50 %,
@@ -131,7 +135,7 @@ class EngineAllocator:
             ct = qp.contract
             return AggregateModel(N, k, ct.error or 0.05, ct.confidence or 0.95, mem, cpu, calib=calib,
                                   contract=ct.error is not None,
-                                  outlier_share=0.01 if qp.kind == "aggregate" else 0.0)
+                                  outlier_share=self._outlier_share(qp))
         if qp.kind == "promising":
             mem, cpu = self._resources_full(qp)
             rate = sum(self._stream_rate(s.schema.name) or 0.0 for s in qp.q.bound.streams)
@@ -141,6 +145,17 @@ class EngineAllocator:
             return JoinRecallModel(rate_in=rate, memory_full=mem, b0=old.b0 if old else 50.0,
                                    observations=list(old.observations) if old else [])
         return None
+
+    @staticmethod
+    def _outlier_share(qp) -> float:
+        """Share of the rows the query's outlier index keeps on top of the sample: the samplers'
+        ``outlier_share`` once their threshold is known (batches of at least 2 / share rows, or a
+        remembered threshold), else 0 -- the memory it really costs, not a flat guess."""
+        if qp.kind != "aggregate":
+            return 0.0
+        shares = [s.outlier_share for s in qp.samplers.values()
+                  if s.mode in ("bernoulli", "reservoir") and s.outlier_columns and getattr(s, "_tau", None)]
+        return float(max(shares)) if shares else 0.0
 
     def _prior_model(self, qp):
         """Before the query has groups: the planner's view (distinct counts of the stream sample)."""
@@ -188,7 +203,7 @@ class EngineAllocator:
         for q in self._queries():
             ct = q.bound.contract
             qs.append((q.id, float(q.weight), bool(q.active), ct.error, ct.confidence, ct.on_miss, ct.budget,
-                       ct.exact, q._precision.pinned_rate))
+                       ct.exact, q._precision.pinned_rate, float(q._precision.audit_share)))
         b = self.engine.budgets
         return (tuple(sorted(qs)), b.get("memory_bytes"), b.get("cpu_units_per_s"))
 
@@ -208,8 +223,11 @@ class EngineAllocator:
         for q in qs:
             qp = q._precision
             if qp.kind == "exact" or qp.mode != "approx" or qp.pinned_rate is not None:
+                # exact queries at full size; an approximate plan switched to its exact standby
+                # (ON MISS EXACT) keeps running at its rate (the standby is charged as a shadow)
                 mem, cpu = self._resources_full(qp)
-                share = 1.0 if qp.kind == "exact" or qp.mode != "approx" else qp.pinned_rate
+                share = 1.0 if qp.kind == "exact" else (qp.pinned_rate if qp.pinned_rate is not None
+                                                         else (qp.sample_rate() or 1.0))
                 fixed_mem += mem * share
                 fixed_cpu += cpu * share
                 continue
@@ -223,8 +241,10 @@ class EngineAllocator:
         b = eng.budgets
         M = b.get("memory_bytes")
         C = b.get("cpu_units_per_s")
-        Mleft = None if M is None else max(float(M) - fixed_mem, 0.0)
-        Cleft = None if C is None else max(float(C) - fixed_cpu, 0.0)
+        # the shadow exact plans (audits, the ON MISS EXACT standby) hold exact state: charged first
+        shadow_mem, shadow_cpu = self.shadow_resources()
+        Mleft = None if M is None else max(float(M) - fixed_mem - shadow_mem, 0.0)
+        Cleft = None if C is None else max(float(C) - fixed_cpu - shadow_cpu, 0.0)
         now = max((q.clock for q in qs if np.isfinite(q.clock)), default=None)
         if not tunable:
             self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
@@ -271,18 +291,34 @@ class EngineAllocator:
         self._last_plan_t = now if now is not None else self._last_plan_t
         self._rates_at_plan = {n: mt.rate() for n, mt in self.m.meters.items()}
         self._stats_at_plan = {qp.q.id: self._stat_sig(qp) for qp in tunable}
-        # the shadow exact plans (audits: ~2 × share of a window; ON MISS EXACT: a standby) are
-        # reported, not charged: they measure the approximation, they are not part of it
-        shadow_mem = 0.0
-        for qp in tunable:
-            share = 1.0 if qp.contract.on_miss == "exact" else min(1.0, 2.0 * qp.audit_share)
-            shadow_mem += self._resources_full(qp)[0] * share
         self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
                           "memory_exact_queries": fixed_mem, "cpu_exact_queries": fixed_cpu,
-                          "memory_shadow_plans": shadow_mem,
+                          "memory_shadow_plans": shadow_mem, "cpu_shadow_plans": shadow_cpu,
                           "per_query": per, "objective": new_obj, "method": method}
         self.history.append({"t": now, "reason": reason, "objective": new_obj})
         self.history = self.history[-200:]
+
+    def shadow_share(self, qp) -> float:
+        """Time-averaged share of the query's exact state its shadow plan holds: 1 for the warm
+        ON MISS EXACT standby of an aggregate, else ``min(1, 2 × audit_share)`` (an audited window
+        is compared after a window of warm-up: the shadow lives two windows per audit)."""
+        if qp.kind == "exact" or not qp.q.active:
+            return 0.0
+        if qp.contract.on_miss == "exact" and qp.kind in ("aggregate", "distinct"):
+            return 1.0
+        return min(1.0, 2.0 * float(qp.audit_share))
+
+    def shadow_resources(self) -> tuple:
+        """(memory bytes, cpu units/s) of every query's shadow exact plan, charged to the budgets."""
+        mem = cpu = 0.0
+        for q in self._queries():
+            qp = q._precision
+            share = self.shadow_share(qp)
+            if share > 0:
+                m, c = self._resources_full(qp)
+                mem += share * m
+                cpu += share * c
+        return mem, cpu
 
     def _current_knobs(self, qp, m):
         p = qp.sample_rate() or 1.0
@@ -386,6 +422,9 @@ class EngineAllocator:
                         for q in self._queries() if q is not qp.q)
         floor_cpu = sum(self._resources_full(q._precision)[1] * (P_MIN if q._precision.kind != "exact" else 1.0)
                         for q in self._queries() if q is not qp.q)
+        sh_mem, sh_cpu = self.shadow_resources()
+        floor_mem += sh_mem
+        floor_cpu += sh_cpu
         bad = (M is not None and mem > M - floor_mem) or (C is not None and cpu > C - floor_cpu)
         if bad:
             inf = {"knobs": {"sample_rate": need[0]}, "memory_bytes": mem + floor_mem, "cpu_units_per_s": cpu + floor_cpu,
