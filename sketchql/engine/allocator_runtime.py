@@ -294,6 +294,9 @@ class EngineAllocator:
         self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
                           "memory_exact_queries": fixed_mem, "cpu_exact_queries": fixed_cpu,
                           "memory_shadow_plans": shadow_mem, "cpu_shadow_plans": shadow_cpu,
+                          "warning": (None if M is None or fixed_mem + shadow_mem <= float(M) else
+                                      "the exact queries and shadow plans alone exceed the memory budget "
+                                      "(lower the queries' audit_share or drop ON MISS EXACT)"),
                           "per_query": per, "objective": new_obj, "method": method}
         self.history.append({"t": now, "reason": reason, "objective": new_obj})
         self.history = self.history[-200:]
