@@ -43,10 +43,66 @@ UNIT_SECONDS = {
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
 
+_LARK_OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False)
+
+
+def _lark_cache_path():
+    """Where the built LALR tables are cached: ``$SKETCHQL_CACHE_DIR``, else ``$XDG_CACHE_HOME/sketchql``
+    or ``~/.cache/sketchql``; the name holds a SHA-256 of the grammar, the options and the lark and
+    Python versions, so a changed grammar never loads stale tables.  ``SKETCHQL_CACHE_DIR=off``: no cache."""
+    import hashlib
+    import os
+    import sys
+
+    import lark
+
+    root = os.environ.get("SKETCHQL_CACHE_DIR")
+    if root is not None and root.strip().lower() in ("", "0", "off", "none"):
+        return None
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "sketchql")
+    key = hashlib.sha256(repr((GRAMMAR, sorted(_LARK_OPTIONS.items()), lark.__version__,
+                                sys.version_info[:2])).encode()).hexdigest()[:32]
+    return os.path.join(root, f"lark-{key}.pickle")
+
+
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    return Lark(GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=False)
+    """The parser, built once per process; its tables come from the on-disk cache when it holds this
+    grammar (building them takes 0.5-4 s, loading ~0.1 s).  An unreadable or corrupt cache file is
+    rebuilt; an unwritable cache directory only means the next process builds again."""
+    import os
+    import tempfile
+
+    path = _lark_cache_path()
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                return Lark.load(fh)
+        except FileNotFoundError:
+            pass
+        except Exception:                       # truncated / foreign / other lark version: rebuild
+            pass
+    parser = Lark(GRAMMAR, **_LARK_OPTIONS)
+    if path is not None:
+        tmp = None
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".lark-", dir=os.path.dirname(path))
+            with os.fdopen(fd, "wb") as fh:
+                parser.save(fh)
+            os.replace(tmp, path)               # atomic: a concurrent reader sees the old or the new file
+            tmp = None
+        except OSError:
+            pass
+        finally:
+            if tmp is not None:
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+    return parser
 
 
 class _Invalid(Exception):
