@@ -23,7 +23,7 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not spark and not browser and not slow"
 
 test-spark: setup
-	$(BIN)/pytest -q -m spark
+	$(BIN)/pytest -q -m spark -n 0
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b --quick || exit 1; done

@@ -9,5 +9,5 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 # deselect the marked ones); the Spark tests run second, in their own session.
 .venv/bin/pytest -q "$@"
 .venv/bin/pytest -q -m "slow and not spark and not browser" "$@"
-.venv/bin/pytest -q -m spark "$@"
-.venv/bin/pytest -q -m browser "$@"
+.venv/bin/pytest -q -m spark -n 0 "$@"  # one SparkSession: one process
+.venv/bin/pytest -q -m browser -n 0 "$@"

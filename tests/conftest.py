@@ -30,6 +30,20 @@ SLOW_TESTS = (
     "tests/test_pt_budget.py::test_work_never_exceeds_allowance_plus_carried_debt[desc-1.0]",
     "tests/test_out_of_order.py::test_shuffled_within_slack_equals_sorted",
     "tests/test_promising_batch.py::test_batched_drain_with_a_huge_budget_equals_the_per_entry_path",
+    # the heaviest PT replays (several seconds each on this 2-core machine; their short variants
+    # stay in the fast loop)
+    "tests/test_pt_full_budget.py::test_full_budget_equals_the_exact_join[300.0-",
+    "tests/test_pt_full_budget.py::test_asc_outliers_come_first",
+    "tests/test_promising.py::test_same_seed_same_output",
+    "tests/test_promising.py::test_desc_is_fresher_than_shj_on_whole_stream",
+    "tests/test_promising.py::test_selection_beats_simple_under_load",
+    "tests/test_promising_batch.py::test_unit_budget_work_stays_within_budget_plus_one_batch[asc-",
+    "tests/test_promising_batch.py::test_unit_budget_work_stays_within_budget_plus_one_batch[weighted-index]",
+    "tests/test_promising_batch.py::test_batched_selection_scans_the_same_regions_as_one_at_a_time[sum-inf]",
+    "tests/test_engine_promising.py::test_live_rows_stay_bounded_on_a_long_stream",
+    "tests/test_service_demo.py::test_demo_promising_join_pairs_are_exact_matches",
+    "tests/test_approx_knobs_more.py::test_sampler_choice_keeps_resources",
+    "tests/test_index.py::test_memory_flat_over_long_stream",
 )
 
 
