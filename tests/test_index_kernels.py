@@ -202,8 +202,39 @@ def test_output_buffers_grow():
     ix.ingest(v, t)
     keys = np.repeat([0, 1, 2], 100)
     m = ix.probe_many(keys, -1.0, 10.0, with_regions=True)
-    assert len(m) == 100 * 5000 and len(ix._kbuf.mp) >= len(m)
+    assert len(m) == 100 * 5000 and all(len(b.mp) >= len(m) for b in ix._kbuf.sets)
     assert_same(m, reference(ix, keys, -1.0, 10.0), "T4")
+
+
+@pytest.mark.parametrize("call", ["probe_many", "scan_window_many"])
+def test_recycled_output_buffers(call):
+    """Large results borrow the pool's arrays: a result that is still held is never overwritten by
+    later calls, a dropped one's arrays are reused (no allocation), small results are copies."""
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=2)
+    ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+    v = np.arange(6000) % 3
+    t = np.linspace(0.0, 9.0, 6000)
+    ix.ingest(v, t)
+    f = getattr(ix, call)
+    brute = lambda keys, lo, hi: sorted(brute_matches(v, t, keys, np.full(len(keys), lo), np.full(len(keys), hi)))
+    want = {k: brute(np.repeat([k], 20), -1.0, 10.0) for k in range(3)}
+    pairs = lambda m: sorted(zip(m.probe.tolist(), m.row_ids.tolist()))
+    held = [f(np.repeat([k], 20), -1.0, 10.0) for k in range(3)]        # 40,000 matches each, all kept
+    assert all(m.probe.base is not None for m in held)                 # borrowed, not copied
+    for k in range(3):
+        m = f(np.repeat([(k + 1) % 3], 20), -1.0, 10.0)                # more calls while results are held
+        del m
+    for k, m in enumerate(held):
+        assert pairs(m) == want[k] and (m.values == k).all()           # untouched by the later calls
+    pool = ix._kbuf
+    del held, m
+    sets = list(pool.sets)
+    for k in (0, 1, 2, 0):
+        m = f(np.repeat([k], 20), -1.0, 10.0)                          # the ``m = f(..)`` loop: ping-pong
+        assert pairs(m) == want[k] and any(m.probe.base is s.mp for s in sets)
+    assert pool.sets == sets
+    small = f(np.array([1]), 8.0, 9.0)
+    assert small.probe.base is None and pairs(small) == brute(np.array([1]), 8.0, 9.0)
 
 
 # ---------------------------------------------------------------- scan_window_many (raw-window join)

@@ -29,7 +29,8 @@ same computation in a few loops over an incrementally maintained view
   T1, no summaries) every overlapping non-empty zone is a region.
 - :func:`scan_window`: the raw-window join of structure T1 (paper Figure 9):
   the window's tuples sorted by time, per probe a binary search of
-  ``(t_from, t_to]`` and a linear comparison of the values in it.
+  ``(t_from, t_to]`` and a linear comparison of the values in it
+  (:func:`scan_window_emit`: the same, writing the matching tuples).
 - maintenance helpers: :func:`arena_append` (the hot zone's per-bucket
   linked lists), :func:`pyramid_ranges`, :func:`row_norms_into` /
   :func:`row_median_into` (exact row norms and F2 medians of pyramid nodes),
@@ -38,9 +39,11 @@ same computation in a few loops over an incrementally maintained view
   equivalent used when ``ENABLED`` is False (the tests compare both).
 
 Outputs are written into caller-provided arrays; when those are too small
-the kernel only counts and the wrapper (:func:`probe_k`,
+the kernel only counts and the wrapper (:func:`probe_k`, :func:`scan_k`,
 :func:`scan_window`) retries with larger ones (growing arrays inside a
-loop would make numba reference-count them at every iteration).
+loop would make numba reference-count them at every iteration).  The
+index keeps them in a :class:`BufferPool` (recycled between calls, large
+results borrow them instead of being copied out).
 
 Compile time: every kernel is ``@numba.njit(cache=True)``.  The first use in
 a fresh clone compiles them: ~10 s for all of them on this shared 2-core
@@ -345,6 +348,34 @@ def scan_window_into(V, T, keys, tf, tt, mp, mj):
     return nm, work
 
 
+@numba.njit(cache=True)
+def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
+    """:func:`scan_window_into` that writes the matches themselves: probe, value, ts and row id.
+
+    Same order and counts as :func:`scan_window_into` (matches beyond the
+    arrays' length are only counted); returns (n_matches, work).
+    """
+    P = keys.shape[0]
+    cap = mp.shape[0]
+    nm = 0
+    work = 0
+    for p in range(P):
+        a = _upper(T, tf[p])
+        e = _upper(T, tt[p])
+        key = keys[p]
+        if e > a:
+            work += e - a
+        for j in range(a, e):
+            if V[j] == key:
+                if nm < cap:
+                    mp[nm] = p
+                    mv[nm] = V[j]
+                    mt[nm] = T[j]
+                    mr[nm] = R[j]
+                nm += 1
+    return nm, work
+
+
 def _cap(n: int) -> int:
     return max(64, 1 << int(n).bit_length())
 
@@ -361,8 +392,14 @@ def scan_window(V, T, keys, tf, tt, cap: int = 256):
 
 
 class ProbeBuffers:
-    """Reusable output arrays of :func:`probe_kview` (grown to the largest
-    batch seen); ``vdtype``: dtype of the stored values (for ``mv``)."""
+    """Reusable output arrays of :func:`probe_kview` / :func:`scan_window_emit` (grown to the
+    largest batch seen); ``vdtype``: dtype of the stored values (for ``mv``).
+
+    A :class:`BufferPool` may *lend* the match arrays to a result (views, no
+    copy); :meth:`lent` tells whether any such view is still alive (numpy
+    views hold a reference to their base array, so the base's reference
+    count is above what this object alone holds).
+    """
 
     def __init__(self, regions: int = 256, matches: int = 1024, vdtype=np.int64):
         self.vdtype = np.dtype(vdtype)
@@ -390,6 +427,83 @@ class ProbeBuffers:
         self.mt = np.empty(matches, dtype=np.float64)
         self.mr = np.empty(matches, dtype=np.int64)
         self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr)
+        self._refs = self._refcounts()
+
+    def _refcounts(self):
+        import sys
+        return [sys.getrefcount(a) for a in (self.mp, self.mreg, self.mv, self.mt, self.mr)]
+
+    def lent(self) -> bool:
+        """True while a result still holds a view of the match arrays (they must not be overwritten)."""
+        return self._refcounts() != self._refs
+
+
+class BufferPool:
+    """Recycled output arrays of the compiled probe and scan of one index.
+
+    Why: a probe batch of a large window emits millions of matches; copying
+    them out of one reused buffer into fresh arrays writes every output
+    twice, and fresh memory is page-faulted on first touch (expensive on a
+    virtual machine).  So a large result *borrows* the buffer's arrays
+    (``Matches`` fields are views of them) and the next call takes another
+    set of the pool that no live result holds (:meth:`ProbeBuffers.lent`);
+    the usual pattern ``m = ix.probe_many(..)`` in a loop ping-pongs between
+    two sets and never allocates.  A result that is kept stays valid: its
+    set is never written again while a view of it is alive (the pool then
+    forgets it and allocates another).  Small results (or results that would
+    pin a buffer more than 4x their size) are copied as before.
+
+    Before a call the set is grown to ~1.25x the matches the last call
+    produced per probe (so a growing stream does not re-run the kernel on
+    overflow; the kernel still retries with larger arrays when it does).
+
+    >>> import numpy as np
+    >>> pool = BufferPool(np.int64)
+    >>> b = pool.get(10)
+    >>> b.mp[:300] = 7
+    >>> kept = pool.take(b, 300, min_lend=1)       # fills > 1/4 of the set: lent, views of b's arrays
+    >>> pool.get(10) is b, b.lent()                 # a live result holds b: another set
+    (False, True)
+    >>> del kept
+    >>> pool.get(10) is b                           # released: reused
+    True
+    """
+
+    MIN_LEND = 1 << 13          # matches: below this a result is copied (cheap, cache resident)
+
+    def __init__(self, vdtype, size: int = 2):
+        self.vdtype = np.dtype(vdtype)
+        self.size = size
+        self.sets = []
+        self.rate = 0.0         # matches per probe of the last call
+
+    def get(self, P: int) -> ProbeBuffers:
+        """A set no live result holds, with room for the matches of ~P probes (last call's rate)."""
+        b = None
+        for s in self.sets:
+            if not s.lent():
+                b = s
+                break
+        if b is None:
+            if len(self.sets) >= self.size:
+                self.sets.pop(0)            # held by a result: it is the result's now
+            b = ProbeBuffers(vdtype=self.vdtype)
+            self.sets.append(b)
+        need = int(1.25 * P * self.rate)
+        if need > len(b.mp):
+            b.alloc(len(b.rp), _cap(need))
+        return b
+
+    def take(self, b: ProbeBuffers, nm: int, P: int = 0, fields=("mp", "mv", "mt", "mr", "mreg"),
+             min_lend: int = MIN_LEND):
+        """The first ``nm`` entries of ``b``'s match arrays ``fields``: views (lent) when the result
+        is large and fills at least a quarter of the set, copies otherwise; records the rate."""
+        if P:
+            self.rate = nm / P
+        arrs = [getattr(b, f) for f in fields]
+        if nm >= min_lend and 4 * nm >= len(b.mp):
+            return [a[:nm] for a in arrs]
+        return [a[:nm].copy() for a in arrs]
 
 
 def probe_k(buf: ProbeBuffers, *args):
@@ -400,6 +514,16 @@ def probe_k(buf: ProbeBuffers, *args):
         if nr <= len(buf.rp) and nm <= len(buf.mp):
             return nr, nm, visited, flat, work
         buf.alloc(max(len(buf.rp), _cap(nr)), max(len(buf.mp), _cap(nm)))
+
+
+def scan_k(buf: ProbeBuffers, V, T, R, keys, tf, tt):
+    """:func:`scan_window_emit` into ``buf``'s (mp, mv, mt, mr), retried with larger arrays when
+    they were too small.  Returns (n_matches, work)."""
+    while True:
+        nm, work = scan_window_emit(V, T, R, keys, tf, tt, buf.mp, buf.mv, buf.mt, buf.mr)
+        if nm <= len(buf.mp):
+            return nm, work
+        buf.alloc(len(buf.rp), _cap(nm))
 
 
 @numba.njit(cache=True)
@@ -535,6 +659,7 @@ def warm_up() -> None:
                     sk, z, np.zeros((1, 1)), 1.0, 1, 1, f, f, z - 1, np.ones(1, dtype=np.bool_),
                     np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z, z - 1)
         scan_window(V, f, V, f, f)
+        scan_k(ProbeBuffers(1, 1, V.dtype), V, f, z, V, f, f)
     pyramid_ranges(f, f, f.copy(), f.copy())
     row_median_into(np.zeros((1, 1, 3), dtype=np.int64), z, np.zeros((1, 1)))
     row_norms_into(np.zeros((1, 1, 1, 2), dtype=np.int64), z, np.zeros((1, 1, 1), dtype=np.int64))

@@ -380,9 +380,7 @@ class QuerySide:
         kc = keys if keys.dtype == kv.vdtype and keys.flags.c_contiguous else \
             np.ascontiguousarray(keys, dtype=kv.vdtype)
         tf, tt = _f64_window(P, t_from), _f64_window(P, t_to)
-        buf = self._kbuf
-        if buf is None or buf.vdtype != kv.vdtype:
-            buf = self._kbuf = kernels.ProbeBuffers(vdtype=kv.vdtype)
+        buf = self._pool(kv.vdtype).get(P)
         hp = _NO_HASH
         if self._sketch:
             hp = self._hash_params()
@@ -404,8 +402,15 @@ class QuerySide:
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
             est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        return Matches(buf.mp[:nm].copy(), buf.mv[:nm].copy(), buf.mt[:nm].copy(), buf.mr[:nm].copy(),
-                       work=work, region=buf.mreg[:nm].copy(), regions=regions, visited=visited)
+        mp, mv, mt, mr, mreg = self._kbuf.take(buf, nm, P)
+        return Matches(mp, mv, mt, mr, work=work, region=mreg, regions=regions, visited=visited)
+
+    def _pool(self, vdtype) -> "kernels.BufferPool":
+        """The index's recycled output arrays (:class:`kernels.BufferPool`) for stored values of ``vdtype``."""
+        pool = self._kbuf
+        if pool is None or pool.vdtype != vdtype:
+            pool = self._kbuf = kernels.BufferPool(vdtype)
+        return pool
 
     def scan_window_many(self, values, t_from, t_to) -> Matches:
         """The raw-window join (structure T1 of the paper's Figure 9; works on any structure).
@@ -414,7 +419,7 @@ class QuerySide:
         ``t_from_p < ts <= t_to_p``, found by scanning the window, i.e. without
         summaries.  The tuples of ``(min t_from, max t_to]`` are gathered once
         (:meth:`window_tuples`, sorted by (ts, row id)); then, compiled
-        (:func:`kernels.scan_window`), each probe binary-searches its window
+        (:func:`kernels.scan_window_emit`), each probe binary-searches its window
         and compares the values in it; the numpy path (``use_kernels=False``,
         string keys) compares each probe with every gathered tuple.  Matches
         are in (probe, ts, row id) order, ``Matches.region`` = ``Matches.probe``,
@@ -439,6 +444,14 @@ class QuerySide:
             return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z)
         v, t, r = win
         ct = kernels.comparable(v.dtype, keys.dtype) if (self.use_kernels and kernels.ENABLED) else None
+        if ct is not None and v.dtype == ct:        # (int64/float64 stored values: the emitting kernel)
+            pool = self._pool(v.dtype)
+            buf = pool.get(P)
+            nm, work = kernels.scan_k(buf, v, t, r, np.ascontiguousarray(keys, dtype=ct), _f64_window(P, tf),
+                                      _f64_window(P, tt))
+            p, mv, mt, mr = pool.take(buf, nm, P, fields=("mp", "mv", "mt", "mr"))
+            self.counters["tuples_compared"] += int(work)
+            return Matches(p, mv, mt, mr, work=int(work), region=p)
         if ct is not None:
             nm, mp, mj, work = kernels.scan_window(v.astype(ct, copy=False), t, np.ascontiguousarray(keys, dtype=ct),
                                                    np.ascontiguousarray(tf, dtype=np.float64),
