@@ -57,7 +57,11 @@ def test_aging_arguments():
 # ----------------------------------------------------------------- PT-Join
 def _run(source, seed, w=20.0, duration=60.0):
     arr = interleave(generate_stores(2, duration=duration, mean_interarrival=0.01, seed=seed))
-    qs = [PTJoin(w, "desc", 0.8, aging=a, seed=1, source=source, name=str(a)) for a in (False, None)]
+    # every arrival ingested (no demand shedding): the queue then piles up old
+    # entries under overload, which is what aging is for (demand shedding keeps
+    # the queue at ~4x what the budget probes, and with it the age of entries)
+    qs = [PTJoin(w, "desc", 0.8, aging=a, seed=1, source=source, name=str(a), demand_shed=False)
+          for a in (False, None)]
     replay(arr, {"g": PTJoinGroup(qs, cpu="separate")}, WorkBudget(units_per_second=2000), tick_seconds=0.25)
     return arr, qs
 

@@ -97,3 +97,51 @@ def test_wall_clock_rounds_wait_for_their_cost(stream):
     assert op.stats()["allowance"] == pytest.approx(1e-3 * len(stream))
     r = evaluate_join(stream, 20.0, *op.pairs())
     assert r["invalid"] == 0 and r["duplicates"] == 0
+
+
+@pytest.fixture(scope="module")
+def overloaded():
+    """desc with and without demand shedding, and a desc + weighted group, on
+    an overloaded budget (~10 units per arrival, ~100 partners per arrival)."""
+    arr = interleave(generate_stores(2, duration=24.0, mean_interarrival=0.01, seed=3))
+    runs = {}
+    for ds in (True, False):
+        q = PTJoin(window=16.0, preference="desc", demand_shed=ds, name=f"desc_{ds}")
+        replay(arr, {"q": q}, WorkBudget(units_per_second=2000), tick_seconds=0.25)
+        runs[ds] = q
+    g = [PTJoin(window=16.0, preference=p, name=p) for p in ("desc", "weighted")]
+    replay(arr, {"g": PTJoinGroup(g, cpu="separate")}, WorkBudget(units_per_second=2000), tick_seconds=0.25)
+    return arr, runs, g
+
+
+def test_demand_shedding_skips_inserts_the_budget_cannot_use(overloaded):
+    """desc sheds the arrivals whose entries the budget can never probe
+    (admission.demand_fraction): fewer inserts and plans, at least as much
+    output (within noise), every pair exact, the budget kept."""
+    arr, runs, _ = overloaded
+    on, off = runs[True].stats(), runs[False].stats()
+    assert on["shed"] > 0 and off["shed"] == 0
+    assert on["insert_work"] < 0.8 * off["insert_work"]
+    assert on["node_work"] < off["node_work"]
+    assert on["outputs"] >= 0.97 * off["outputs"]
+    for st in (on, off):
+        assert st["work"] <= st["allowance"] + max(0.0, -st["account"]) + 1e-6
+    r = evaluate_join(arr, 16.0, *runs[True].pairs())
+    assert r["invalid"] == 0 and r["duplicates"] == 0
+    assert runs[True].demand_shed and not PTJoin(preference="weighted").demand_shed
+
+
+def test_demand_shedding_is_off_when_a_query_needs_every_value(overloaded):
+    """In a group the index is shared: with weighted (a uniform sample of the
+    pairs) in it, nothing is shed for desc's demand (10 units per arrival
+    also pay every insert)."""
+    _, _, g = overloaded
+    assert all(q.stats()["shed"] == 0 for q in g)
+
+
+def test_demand_shedding_keeps_everything_at_full_budget():
+    arr = interleave(generate_stores(2, duration=12.0, mean_interarrival=0.01, seed=3))
+    q = PTJoin(window=8.0, preference="desc")
+    replay(arr, {"q": q}, WorkBudget.unlimited(), tick_seconds=0.25)
+    assert q.stats()["shed"] == 0
+    assert evaluate_join(arr, 8.0, *q.pairs())["pct_output"] == pytest.approx(100.0)

@@ -27,6 +27,20 @@ Rules (:class:`~.join.PTJoin`):
   probe can meet its kept partners: the output shrinks like ``f``, not
   ``f^2``), of the row id for weighted (a uniform sample of tuples keeps
   the output a uniform sample of pairs).
+* *Demand* (desc): the planned entries tell what a kept arrival costs to
+  process in full -- ``D``, the mean estimated probe work (``probe + compare
+  * cell size`` over its regions) queued per planned arrival.  When the
+  tick's arrivals would queue far more work than its income can probe, the
+  inserts of the excess only feed entries that are never probed; the share
+  is then also capped at
+
+      f_D = min(1, kappa I / (n D))      (:func:`demand_fraction`, kappa = 4)
+
+  by the same value hash (a value is kept on both streams or on neither, so
+  the kept arrivals' demand is still ``D`` each and the queue still holds
+  ``kappa`` times what the income can probe: desc still chooses the most
+  promising quarter).  Every kept arrival is inserted and planned at the
+  full price; the work saved is that of the arrivals not ingested.
 * *Plan*: arrivals are planned only while their measured planning cost
   ``c_plan`` stays within half the account (:func:`plan_count`): planning
   never eats the whole budget, leaving nothing to probe.  Which
@@ -67,6 +81,8 @@ are planned (the pairs near the window's edge went missing).
 0.5
 >>> plan_count(account=7.0, n=10, plan_cost=1.0)
 3
+>>> demand_fraction(income=100.0, n=10, demand=80.0, margin=4.0)
+0.5
 """
 from __future__ import annotations
 
@@ -138,6 +154,15 @@ def ingest_fraction(income: float, n: int, price: float) -> float:
     return float(min(1.0, income / (2.0 * cost)))
 
 
+def demand_fraction(income: float, n: int, demand: float | None, margin: float = 4.0) -> float:
+    """Share of ``n`` arrivals worth ingesting when each kept one queues
+    ``demand`` units of probe work and the tick brings ``income`` (module
+    doc): ``min(1, margin I / (n D))``; 1 when the demand is unknown or 0."""
+    if n == 0 or demand is None or not demand > 0 or not math.isfinite(income):
+        return 1.0
+    return float(min(1.0, margin * max(income, 0.0) / (n * demand)))
+
+
 def keep_mask(keys, rids, f: float, seed: int, by_value: bool) -> np.ndarray | None:
     """Rows to ingest at share ``f``: ``u < f`` with ``u`` a seeded uniform
     hash of the join value (``by_value``) or of the row id; None = all."""
@@ -192,3 +217,61 @@ def concat_batches(batches):
     """
     cols = [{k: v for k, v in vars(b).items() if isinstance(v, np.ndarray)} for b in batches]
     return _Columns({k: np.concatenate([c[k] for c in cols]) for k in cols[0]})
+
+
+class BatchTimer:
+    """Wall clock: the real seconds of a probe batch fitted as ``c0 + c1 *
+    units`` -- a fixed cost per batch (its Python and numpy calls) plus a cost
+    per estimated work unit -- by least squares with exponential forgetting
+    (``decay`` per batch).  A batch is then sized by what the account buys
+    once the fixed part is paid, ``units = (A - c0) / c1``
+    (:meth:`units`); a single seconds-per-unit ratio would charge the fixed
+    part to every unit, size the next batches smaller, and so make the fixed
+    part dominate ever more.  Guards against timing noise: ``c1`` is kept
+    within [0.05, 1] times the plain ratio ``mean seconds / mean units`` and
+    ``c0 >= 0``.
+
+    >>> t = BatchTimer()
+    >>> for u in (100, 1000, 5000, 200):
+    ...     t.add(u, 0.002 + 1e-6 * u)
+    >>> c0, c1 = t.fit()
+    >>> round(c0, 6), round(c1 * 1e6, 3)
+    (0.002, 1.0)
+    >>> round(t.units(0.012))
+    10000
+    """
+
+    def __init__(self, decay: float = 0.9):
+        self.decay = float(decay)
+        self.s = np.zeros(5)   # weights, sum x, sum y, sum xx, sum xy
+        self.n = 0
+
+    def add(self, units: float, seconds: float) -> None:
+        u, y = float(units), float(seconds)
+        if not (u > 0 and y >= 0):
+            return
+        self.s = self.decay * self.s + np.array([1.0, u, y, u * u, u * y])
+        self.n += 1
+
+    def fit(self):
+        """(c0 seconds per batch, c1 seconds per unit); (0, None) before any batch."""
+        w, sx, sy, sxx, sxy = self.s.tolist()
+        if w <= 0 or sx <= 0:
+            return 0.0, None
+        mx, my = sx / w, sy / w
+        ratio = my / mx
+        var = sxx / w - mx * mx
+        if var <= 1e-9 * mx * mx:
+            return 0.0, ratio
+        c1 = (sxy / w - mx * my) / var
+        c1 = min(max(c1, 0.05 * ratio), ratio)
+        c0 = max(0.0, my - c1 * mx)
+        return c0, c1
+
+    def units(self, account: float) -> float:
+        """Estimated work units a batch can take with ``account`` seconds
+        (0 if the account does not cover the fixed part; nan before any batch)."""
+        c0, c1 = self.fit()
+        if c1 is None:
+            return math.nan
+        return max(0.0, (account - c0) / c1)
