@@ -91,16 +91,75 @@ class AggregateModel(QueryModel):
     outlier_share: float = 0.0
     #: plan for this share of the error bound, so that the estimate's own noise stays inside it
     margin: float = 0.85
+    #: window reduction offered (second knob ``window_scale`` in [s_min, 1])
+    window_ok: bool = False
+    s_min: float = 0.05
+    #: share of the estimate's error variance carried by the rows the outlier index keeps
+    out_var: float = 0.0
+    #: sampler: "bernoulli" (with the outlier index) or "varopt" (no index: inclusion ∝ size)
+    mode: str = "bernoulli"
+    #: varopt's error variance relative to Bernoulli without an outlier index (None: not offered)
+    varopt_factor: Optional[float] = None
 
     def __post_init__(self):
         self.group_rows = np.maximum(np.asarray(self.group_rows, np.float64), 1.0)
         self.k = np.asarray(self.k, np.float64)
         tot = self.group_rows.sum()
         self.share = self.group_rows / tot if tot > 0 else np.ones_like(self.group_rows)
+        self.dims = 2 if self.window_ok else 1
+        self.names = ("sample_rate", "window_scale") if self.window_ok else ("sample_rate",)
 
-    def sigma(self, p: float) -> np.ndarray:
-        p = float(np.clip(p, P_MIN, 1.0))
-        return self.calib * self.k * np.sqrt((1.0 - p) / (p * self.group_rows))
+    def bounds(self):
+        return [(P_MIN, 1.0)] + ([(self.s_min, 1.0)] if self.window_ok else [])
+
+    def _ps(self, x):
+        x = np.atleast_2d(np.asarray(x, np.float64))
+        p = np.clip(x[:, 0], P_MIN, 1.0)
+        s = np.clip(x[:, 1], self.s_min, 1.0) if (self.window_ok and x.shape[1] > 1) else np.ones(len(p))
+        return p, s
+
+    def _factor(self, p, s, mode=None):
+        """Relative error variance × N / k² of each (p, s): (module doc)."""
+        mode = mode or self.mode
+        ps = p * s
+        if mode == "varopt":
+            return (self.varopt_factor or 1.0) * (1.0 - ps) / ps
+        if self.outlier_share > 0:
+            return (1.0 - self.out_var) * (1.0 - ps) / ps + self.out_var * (1.0 - s) / s
+        return (1.0 - ps) / ps
+
+    def _keep(self, p, mode=None):
+        mode = mode or self.mode
+        if mode == "varopt":
+            return p
+        return np.minimum(1.0, p + (1 - p) * self.outlier_share)
+
+    def sigma(self, p: float, s: float = 1.0) -> np.ndarray:
+        f = float(self._factor(np.array([float(np.clip(p, P_MIN, 1.0))]), np.array([float(s)]))[0])
+        return self.calib * self.k * np.sqrt(max(f, 0.0) / self.group_rows)
+
+    def best_mode(self, memory: float) -> str:
+        """The sampler with the higher predicted precision at ``memory`` bytes (window scale 1):
+        varopt only when it is offered and at least 10 % more precise in error terms."""
+        if self.varopt_factor is None or self.memory_full <= 0:
+            return "bernoulli"
+        share = float(np.clip(memory / self.memory_full, 0.0, 1.0))
+        pv = max(share, P_MIN)
+        pb = max((share - self.outlier_share) / max(1 - self.outlier_share, 1e-12), P_MIN)
+        eb = float(self._factor(np.array([pb]), np.array([1.0]), "bernoulli")[0])
+        ev = float(self._factor(np.array([pv]), np.array([1.0]), "varopt")[0])
+        return "varopt" if np.sqrt(max(ev, 0.0)) < 0.9 * np.sqrt(max(eb, 0.0)) else "bernoulli"
+
+    def prefer_sampling(self, x) -> list:
+        """Knobs with the same precision and no more memory, using sampling rather than window
+        reduction where the model cannot tell them apart (no outlier index: p·s is all that
+        counts; sampling also saves CPU and assumes nothing about stationarity)."""
+        x = [float(v) for v in x]
+        if not self.window_ok or len(x) < 2 or x[1] >= 1.0:
+            return x
+        if self.mode == "varopt" or self.outlier_share <= 0:
+            return [max(x[0] * x[1], P_MIN), 1.0]
+        return x
 
     def rel_error(self, p: float) -> float:
         """Predicted worst-group relative half-width at ``conf``."""
@@ -109,28 +168,34 @@ class AggregateModel(QueryModel):
         return float(z * s.max()) if len(s) else 0.0
 
     def evaluate(self, x):
-        p = float(np.clip(x[0], P_MIN, 1.0))
-        s = self.sigma(p)
-        with np.errstate(divide="ignore"):
-            prec = np.where(s <= 0, 1.0, 2 * _st.norm.cdf(self.error / np.maximum(s, 1e-300)) - 1)
-        keep = min(1.0, p + (1 - p) * self.outlier_share)
-        return float((prec * self.share).sum()), keep * self.memory_full, keep * self.cpu_full
+        P, M, C = self.evaluate_grid(np.asarray(x, np.float64)[None, :])
+        return float(P[0]), float(M[0]), float(C[0])
 
     def evaluate_grid(self, grid):
-        p = np.clip(np.asarray(grid, np.float64)[:, 0], P_MIN, 1.0)
-        s = self.calib * self.k[None, :] * np.sqrt((1 - p)[:, None] / (p[:, None] * self.group_rows[None, :]))
-        prec = np.where(s <= 0, 1.0, 2 * _st.norm.cdf(self.error / np.maximum(s, 1e-300)) - 1)
-        keep = np.minimum(1.0, p + (1 - p) * self.outlier_share)
-        return (prec * self.share[None, :]).sum(1), keep * self.memory_full, keep * self.cpu_full
+        p, sc = self._ps(grid)
+        f = np.maximum(self._factor(p, sc), 0.0)
+        s = self.calib * self.k[None, :] * np.sqrt(f[:, None] / self.group_rows[None, :])
+        with np.errstate(divide="ignore"):
+            prec = np.where(s <= 0, 1.0, 2 * _st.norm.cdf(self.error / np.maximum(s, 1e-300)) - 1)
+        keep = self._keep(p)
+        # window reduction shrinks the state; every arrival is still processed (CPU unchanged)
+        return (prec * self.share[None, :]).sum(1), sc * keep * self.memory_full, keep * self.cpu_full
 
     def needed(self):
+        """The cheapest sampling rate meeting the contract at window scale 1 (a box lower bound:
+        under a contract the allocator keeps the window whole and samples)."""
         if not self.contract:
             return None
         z = float(_st.norm.ppf(0.5 + self.conf / 2))
-        # z c k sqrt((1-p)/(p N)) <= e  <=>  p >= 1 / (1 + N (e / (z c k))^2)
         kk = np.maximum(self.calib * self.k, 1e-12)
-        p = 1.0 / (1.0 + self.group_rows * (self.margin * self.error / (z * kk)) ** 2)
-        return [float(np.clip(p.max(), P_MIN, 1.0))] if len(p) else [P_MIN]
+        if not len(kk):
+            return [P_MIN] + ([1.0] if self.window_ok else [])
+        # z c k sqrt(F(p) / N) <= m e with F(p) = a (1 - p) / p, a = 1 - out_var (Bernoulli with the
+        # outlier index) or the varopt factor  <=>  p >= 1 / (1 + N (m e / (z c k))^2 / a)
+        a = (self.varopt_factor or 1.0) if self.mode == "varopt" else \
+            ((1.0 - self.out_var) if self.outlier_share > 0 else 1.0)
+        p = 1.0 / (1.0 + self.group_rows * (self.margin * self.error / (z * kk)) ** 2 / max(a, 1e-12))
+        return [float(np.clip(p.max(), P_MIN, 1.0))] + ([1.0] if self.window_ok else [])
 
     def calibrate(self, measured_rel: float, predicted_rel: float, alpha: float = 0.3):
         """Fold one audit (measured vs predicted relative error) into ``calib``."""

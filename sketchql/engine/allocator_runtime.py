@@ -74,6 +74,7 @@ class EngineAllocator:
         self._decision = {"t": None, "reason": "not planned yet", "memory_bytes": None,
                           "cpu_units_per_s": None, "per_query": {}, "replans": 0}
         self._prev_calib: dict = {}
+        self._auto: dict = {}              # (query id, knob) -> the value the allocator last set
         self.history: list = []
 
     # -- properties ---------------------------------------------------------------------
@@ -133,9 +134,20 @@ class EngineAllocator:
             N = np.asarray(N) / max(fill, 1e-3) / max(keep, 1e-9) * keep
             calib = qp.model.calib if isinstance(qp.model, AggregateModel) else 1.0
             ct = qp.contract
-            return AggregateModel(N, k, ct.error or 0.05, ct.confidence or 0.95, mem, cpu, calib=calib,
-                                  contract=ct.error is not None,
-                                  outlier_share=self._outlier_share(qp))
+            osh = self._outlier_share(qp)
+            rs = self.row_stats(qp, osh) if qp.kind == "aggregate" else None
+            m = AggregateModel(N, k, ct.error or 0.05, ct.confidence or 0.95, mem, cpu, calib=calib,
+                               contract=ct.error is not None, outlier_share=osh,
+                               window_ok=self._window_ok(qp),
+                               out_var=rs["out_var"] if rs else 0.0,
+                               varopt_factor=rs["varopt_factor"] if (rs and self._sampler_free(qp)) else None)
+            if self._sampler_free(qp) and m.varopt_factor is not None:
+                ref = qp.allocated.get("memory") if qp.allocated else None
+                m.mode = m.best_mode(ref if ref is not None else mem * (qp.sample_rate() or 1.0))
+            elif qp.samplers:
+                cur = next(iter(qp.samplers.values())).mode
+                m.mode = "varopt" if cur == "varopt" else "bernoulli"
+            return m
         if qp.kind == "promising":
             mem, cpu = self._resources_full(qp)
             rate = sum(self._stream_rate(s.schema.name) or 0.0 for s in qp.q.bound.streams)
@@ -145,6 +157,92 @@ class EngineAllocator:
             return JoinRecallModel(rate_in=rate, memory_full=mem, b0=old.b0 if old else 50.0,
                                    observations=list(old.observations) if old else [])
         return None
+
+    # -- knobs the allocator drives besides the rates: window_scale, sampler -------------------
+    def _window_ok(self, qp) -> bool:
+        """Window reduction is offered where it is allowed (an aggregate with an error contract,
+        RANGE windows, no DISTINCT / negation above them) and the user has not set it by hand."""
+        from ..approx.window_reduction import reduction_blockers
+        if qp.kind != "aggregate" or qp.contract.error is None or not qp._base_windows:
+            return False
+        if reduction_blockers(qp.q.plan):
+            return False
+        return self._auto.get((qp.q.id, "window_scale"), 1.0) == qp.window_scale
+
+    def _sampler_free(self, qp) -> bool:
+        """The sampler is the allocator's to choose: Bernoulli-family samplers on a SUM / AVG
+        argument, not set by hand (the allocator's last choice, or the default bernoulli)."""
+        if qp.kind != "aggregate" or not qp.samplers:
+            return False
+        smp = list(qp.samplers.values())
+        if any(x.mode == "universe" or not x.outlier_columns for x in smp):
+            return False
+        return smp[0].mode == self._auto.get((qp.q.id, "sampler"), "bernoulli")
+
+    def row_stats(self, qp, outlier_share: float) -> Optional[dict]:
+        """From the rows the query's window holds now (HT-weighted by ``__w``, so population sums
+        are estimated): the share of the estimator's error variance carried by the rows the
+        outlier index keeps (``out_var``), and VarOpt's variance relative to Bernoulli without an
+        index (``varopt_factor`` = Σ w r² ā/a / Σ w r², a = |x| + mean|x|: priority sampling keeps a
+        row with π ≈ p a / ā).  ``r`` is the estimator's residual: x for SUM, x − group mean for AVG
+        and quantiles.  None without rows."""
+        from ..operators.exact.window import WindowScan
+        specs = qp.info.specs if qp.info is not None else []
+        funcs = {sp["func"] for sp in specs}
+        if not funcs & {"sum", "avg", "median", "quantile"}:
+            return None
+        xs, ws, gs = [], [], []
+        for i, smp in qp.samplers.items():
+            scan = qp.q._scan.get(i)
+            op = getattr(scan, "op", None)
+            if not isinstance(op, WindowScan) or op._cols is None or not smp.outlier_columns:
+                continue
+            col = smp.outlier_columns[0]
+            if col not in op._cols:
+                continue
+            live = (op._start <= qp.q.clock) & (op._end > qp.q.clock) if np.isfinite(qp.q.clock) else \
+                np.ones(len(op._start), bool)
+            x = np.asarray(op._cols[col], np.float64)[live]
+            w = np.asarray(op._cols.get("__w", np.ones(len(live))), np.float64)[live]
+            gcols = [getattr(g, "cname", None) for g in qp.q.bound.group_by]
+            gcols = [c for c in gcols if c in op._cols]
+            if gcols:
+                _, g = np.unique(np.stack([np.asarray(op._cols[c])[live].astype(np.int64, copy=False)
+                                           if np.asarray(op._cols[c]).dtype.kind in "iub" else
+                                           np.unique(np.asarray(op._cols[c])[live], return_inverse=True)[1]
+                                           for c in gcols], 1), axis=0, return_inverse=True)
+            else:
+                g = np.zeros(len(x), np.int64)
+            xs.append(x)
+            ws.append(w)
+            gs.append(np.asarray(g).ravel())
+        if not xs:
+            return None
+        x, w, g = np.concatenate(xs), np.concatenate(ws), np.concatenate(gs)
+        ok = np.isfinite(x) & np.isfinite(w) & (w > 0)
+        x, w, g = x[ok], w[ok], g[ok]
+        if len(x) < 10:
+            return None
+        if "sum" in funcs:
+            r = x
+        else:
+            sw = np.bincount(g, w)
+            mu = np.bincount(g, w * x) / np.maximum(sw, 1e-300)
+            r = x - mu[g]
+        r2 = w * r * r
+        tot = float(r2.sum())
+        if tot <= 0:
+            return None
+        ax = np.abs(x)
+        out_var = 0.0
+        if outlier_share > 0:
+            order = np.argsort(ax)
+            cw = np.cumsum(w[order]) / w.sum()
+            tau = ax[order][min(int(np.searchsorted(cw, 1.0 - outlier_share)), len(x) - 1)]
+            out_var = float(r2[ax >= tau].sum() / tot)
+        a = ax + float((w * ax).sum() / w.sum())
+        abar = float((w * a).sum() / w.sum())
+        return {"out_var": out_var, "varopt_factor": float((r2 * abar / a).sum() / tot), "rows": int(len(x))}
 
     @staticmethod
     def _outlier_share(qp) -> float:
@@ -274,7 +372,7 @@ class EngineAllocator:
                 return
         per = {}
         for i, (qp, m, x) in enumerate(zip(tunable, models, knobs)):
-            self._apply(qp, m, x)
+            x = self._apply(qp, m, x)
             prec, mem, cpu = m.evaluate(x)
             qp.allocated = {"predicted_precision": prec, "memory": mem, "cpu": cpu}
             inf = infeasible.get(i)
@@ -285,7 +383,10 @@ class EngineAllocator:
             if inf is not None and was is None:
                 warnings.warn(f"query {qp.q.id}: contract WITH ERROR {qp.contract.error:g} is infeasible within "
                               f"the budgets; it would need {jsonable(inf)}", stacklevel=3)
-            per[qp.q.id] = {"weight": weights[i], "knobs": dict(zip(m.names, x)), "predicted_precision": prec,
+            kn = dict(zip(m.names, x))
+            if isinstance(m, AggregateModel) and qp.kind == "aggregate":
+                kn["sampler"] = m.mode
+            per[qp.q.id] = {"weight": weights[i], "knobs": kn, "predicted_precision": prec,
                             "memory": mem, "cpu": cpu, "infeasible": inf}
         self.replans += 1
         self._last_plan_t = now if now is not None else self._last_plan_t
@@ -327,14 +428,31 @@ class EngineAllocator:
         p = qp.sample_rate() or 1.0
         if isinstance(m, JoinRecallModel):
             return [p, qp._budget_now() or 1.0]
+        if isinstance(m, AggregateModel) and m.window_ok:
+            return [p, float(qp.window_scale)]
         return [p]
 
     def _apply(self, qp, m, x):
+        if isinstance(m, AggregateModel):
+            x = m.prefer_sampling(x)
         p = float(np.clip(x[0], P_MIN, 1.0))
         for s in qp.samplers.values():
             s.set_rate(p)
         if isinstance(m, JoinRecallModel) and len(x) > 1:
             qp.q.set_knob("budget", float(max(x[1], 1.0)))
+        if isinstance(m, AggregateModel):
+            if m.window_ok:
+                sc = float(np.clip(x[1] if len(x) > 1 else 1.0, m.s_min, 1.0))
+                if abs(sc - qp.window_scale) > 0.02 * max(qp.window_scale, 1e-9):
+                    sig = self._sig
+                    qp.set_window_scale(sc)          # (it asks for a re-plan: this is the plan)
+                    self._sig = sig
+                self._auto[(qp.q.id, "window_scale")] = qp.window_scale
+            if self._sampler_free(qp) and m.varopt_factor is not None:
+                for smp in qp.samplers.values():
+                    smp.set_mode(m.mode)
+                self._auto[(qp.q.id, "sampler")] = m.mode
+        return x
 
     def _stat_sig(self, qp):
         if qp.info is None:
@@ -395,8 +513,8 @@ class EngineAllocator:
         m = qp.model
         if isinstance(m, AggregateModel) and r.get("rel_error") is not None:
             p = qp.sample_rate() or 1.0
-            if p < 1.0:
-                pred = float(np.sqrt(2 / np.pi) * (m.sigma(p) * m.share).sum())   # E|N(0, σ²)| = σ √(2/π)
+            if p < 1.0 or qp.window_scale < 1.0:
+                pred = float(np.sqrt(2 / np.pi) * (m.sigma(p, qp.window_scale) * m.share).sum())  # E|N(0,σ²)|
                 m.calibrate(r["rel_error"], pred)
         elif isinstance(m, JoinRecallModel) and r.get("recall") is not None:
             p = qp.sample_rate() or 1.0
