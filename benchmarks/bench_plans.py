@@ -101,9 +101,15 @@ def _arrays_nbytes(obj, depth=0) -> int:
 
 
 def memory(eng) -> dict:
-    """Peak-relevant bytes: windows / stores, operator synopses, region indexes, PT state, queues."""
+    """Peak-relevant bytes: windows / stores, operator synopses, region indexes, PT state, queues.
+
+    ``pt_state`` is split in ``pt_parts``: ``queue_table`` (the entry columns, allocated capacity),
+    ``queue_order`` (the priority order and the last popped batch), ``dedup`` (pairs already
+    produced), ``members`` (the member columns the PT node keeps to build output rows) and
+    ``other`` (sweep bookkeeping, backlog, pair log)."""
     from sketchql.engine.sharing import SharedConsumer, StoreScan
     seen, parts = set(), {"windows": 0, "operators": 0, "indexes": 0, "pt_state": 0, "queues": 0}
+    pt_parts = {"queue_table": 0, "queue_order": 0, "dedup": 0, "members": 0, "other": 0}
     pt_results = 0
     for d in eng.catalog.summaries:                            # declared (and engine-declared) indexes
         for ix in (d.index or {}).values():
@@ -130,13 +136,24 @@ def memory(eng) -> dict:
                         seen.add(id(ix))
                         parts["indexes"] += int(ix.nbytes)
                     parts["indexes"] += int(getattr(s, "mapping_nbytes", 0))
-                q = inner.queue
-                parts["pt_state"] += _arrays_nbytes(op) + int(getattr(q, "nbytes", 0) or _arrays_nbytes(q))
+                pq = inner.queue
+                if id(pq) not in seen:
+                    seen.add(id(pq))
+                    table = sum(b.nbytes for b in pq._buf.values())
+                    pt_parts["queue_table"] += table
+                    pt_parts["queue_order"] += int(pq.nbytes) - table
+                dd = getattr(inner, "_dedup", None)
+                pt_parts["dedup"] += sum(a.nbytes for a in dd.levels) if dd is not None else 0
+                pt_parts["members"] += _arrays_nbytes(op)
+                pt_parts["other"] += _arrays_nbytes({k: v for k, v in inner.__dict__.items()
+                                                    if k not in ("_dedup", "queue", "sources")})
                 pt_results += sum(_arrays_nbytes(v) for k, v in op.__dict__.items() if k.startswith("_pend_"))
                 continue
             key = "windows" if n.kind == "scan" else "operators"
             parts[key] += _arrays_nbytes(op)
+    parts["pt_state"] = sum(pt_parts.values())
     parts["total"] = sum(parts.values())
+    parts["pt_parts"] = pt_parts                # in pt_state
     parts["pt_results"] = pt_results            # not in the total (module doc)
     return parts
 
@@ -224,6 +241,8 @@ def main(argv=None):
     for name, pk, tp in (("shared", peak_s, tp_s), ("unshared", peak_u, tp_u)):
         print(f"{name:<10}{pk['total']:>13,}{pk['windows']:>11,}{pk['operators']:>11,}{pk['indexes']:>13,}"
               f"{pk['pt_state']:>13,}{pk['queues']:>9,}{tp:>11,.0f}{pk['pt_results']:>13,}")
+    for name, pk in (("shared", peak_s), ("unshared", peak_u)):
+        print(f"  {name} pt_state at the peak: " + ", ".join(f"{k} {v:,}" for k, v in pk["pt_parts"].items()))
     print(f"exact answers equal shared vs unshared: {same_exact}; sharing: {eng_s.sharing.stats()}")
 
     # 2. PT index memory: ten preference queries against one (sharing on)

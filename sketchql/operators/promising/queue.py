@@ -48,15 +48,24 @@ granularity), so an entry loses a factor ``alpha`` per ``T1`` seconds of
 age -- the same rate at which a region's priority fades by ``alpha^(i-1)``
 when it moves from granularity i to i+1 (exactly for the first step, faster
 than the geometric granularity lengths later on).
+
+**Memory.**  The order lives in a :class:`~.runheap.RunHeap` (sorted numpy
+runs, 24 bytes per queued entry; a Python heap of tuples cost ~150), the
+entries' columns in capacity-doubling numpy buffers.  An entry whose probe
+tuple left the window can never produce a pair, so :meth:`EntryQueue.prune`
+drops those from the order and, with ``compact=True``, drops the table's
+prefix no queued entry refers to any more (positions shift down by the
+returned count): the table then spans about one window of entries instead
+of every entry ever queued.  :attr:`EntryQueue.nbytes` counts all of it.
 """
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
 
 from ...errors import SketchQLError
+from .runheap import RunHeap
 
 PREFERENCES = ("desc", "asc", "weighted")
 _LAST = 1e300
@@ -72,10 +81,12 @@ def check_preference(pref: str) -> str:
 
 
 class EntryQueue:
-    """Columnar entry table + heap.  ``push(cols, priority, cost)``, ``pop()``.
+    """Columnar entry table + priority order.  ``push(cols, priority, cost)``, ``pop()``.
 
     ``aging``: lambda (1/seconds, >= 0) of the lazy exponential aging (module
     doc); ``push(..., t=event times)`` then ages the entries from ``t``.
+    Entry ids are positions in the table (:meth:`arrays`); they stay valid
+    until a compacting :meth:`prune`, which returns by how much they shift.
 
     >>> q = EntryQueue("desc", fields=("x",), aging=math.log(2))  # halves per second
     >>> _ = q.push({"x": np.array([0, 1])}, np.array([3.0, 2.0]), np.ones(2), np.array([0, 1]),
@@ -95,8 +106,9 @@ class EntryQueue:
         self._cap = 0
         self._arrays = None
         self.n = 0
-        self.heap: list = []
-        self._popped: list = []
+        self.heap = RunHeap()
+        self._popped = _EMPTY_POP
+        self.counts = {"pushed": 0, "pruned": 0, "compacted": 0, "compactions": 0}
 
     def _store(self, cols: dict, k: int) -> np.ndarray:
         """Append k entries' columns; return their entry ids.  Columns live in
@@ -125,6 +137,7 @@ class EntryQueue:
         self._arrays = None
         ids = np.arange(n, n + k)
         self.n = n + k
+        self.counts["pushed"] += k
         return ids
 
     def push(self, cols: dict, priority: np.ndarray, cost: np.ndarray, newest: np.ndarray,
@@ -140,10 +153,10 @@ class EntryQueue:
         k = int(priority.shape[0])
         if k == 0:
             return 0
-        ids = self._store(cols, k)
         lam = self.aging
         if lam > 0 and t is None:
             raise SketchQLError("EntryQueue.push: aging > 0 needs the entries' event times t")
+        ids = self._store(cols, k)
         priority = np.asarray(priority, np.float64)
         if self.preference == "desc":
             key = -priority if lam == 0 else -(np.log(np.maximum(priority, 1e-300)) + lam * np.asarray(t, np.float64))
@@ -159,13 +172,7 @@ class EntryQueue:
                        - lam * np.asarray(t, np.float64))
         if tier is not None:
             key = key + np.asarray(tier, np.float64) * TIER
-        items = list(zip(key.tolist(), (-np.asarray(newest)).tolist(), ids.tolist()))
-        if len(items) > len(self.heap):
-            self.heap.extend(items)
-            heapq.heapify(self.heap)
-        else:
-            for it in items:
-                heapq.heappush(self.heap, it)
+        self.heap.push(key, -np.asarray(newest, np.int64), ids)
         return k
 
     def _stratified_exponential(self, stratum: np.ndarray) -> np.ndarray:
@@ -225,28 +232,30 @@ class EntryQueue:
         if k == 0:
             return 0
         ids = self._store(cols, k)
-        for it in zip([_LAST] * k, (-np.asarray(newest)).tolist(), ids.tolist()):
-            heapq.heappush(self.heap, it)
+        self.heap.push(np.full(k, _LAST), -np.asarray(newest, np.int64), ids)
         return k
 
     def arrays(self) -> dict:
-        """Columns of every entry ever queued (views, valid until the next push)."""
+        """Columns of every entry in the table (views, valid until the next push or compaction)."""
         if self._arrays is None:
             self._arrays = {f: (self._buf[f][: self.n] if f in self._buf else np.zeros(0)) for f in self.fields}
         return self._arrays
 
     def pop(self) -> int:
-        return heapq.heappop(self.heap)[2]
+        """The next entry id (leaves :meth:`unpop`'s memory of the last batch alone)."""
+        if not len(self.heap):
+            raise IndexError("pop from an empty EntryQueue")
+        return int(self.heap.pop_many(1)[2][0])
 
     def pop_many(self, k: int) -> np.ndarray:
         """The next ``min(k, len)`` entry ids, in the order ``k`` successive
-        :meth:`pop` calls would return them (same heap keys, so the aging and,
+        :meth:`pop` calls would return them (same keys, so the aging and,
         for ``weighted``, the exponential-key draw made at push time apply
         unchanged: the k smallest keys of an Efraimidis-Spirakis draw *are*
-        k successive weighted draws without replacement).  The popped heap
-        items are kept until the next ``pop_many`` so that
-        :meth:`unpop_last` can put back a tail of them (a batch cut short by
-        the budget) -- the queue is then exactly as if they never left it.
+        k successive weighted draws without replacement).  The popped items
+        are kept until the next ``pop_many`` so that :meth:`unpop_last` can
+        put back a tail of them (a batch cut short by the budget) -- the
+        queue is then exactly as if they never left it.
 
         >>> q = EntryQueue("desc", fields=("x",))
         >>> _ = q.push({"x": np.arange(4)}, np.array([1.0, 4.0, 3.0, 2.0]), np.ones(4), np.arange(4))
@@ -255,27 +264,17 @@ class EntryQueue:
         >>> q.unpop_last(2); [q.pop() for _ in range(len(q))]
         [2, 3, 0]
         """
-        h = self.heap
-        k = min(int(k), len(h))
-        pop = heapq.heappop
-        items = [pop(h) for _ in range(k)]
-        self._popped = items
-        return np.fromiter((it[2] for it in items), np.int64, k)
+        self._popped = self.heap.pop_many(k)
+        return self._popped[2]
 
     def unpop_last(self, m: int) -> None:
         """Put the last ``m`` items of the latest :meth:`pop_many` back."""
         if m <= 0:
             return
-        items = self._popped[len(self._popped) - m:]
-        del self._popped[len(self._popped) - m:]
-        h = self.heap
-        if len(items) > len(h):
-            h.extend(items)
-            heapq.heapify(h)
-        else:
-            push = heapq.heappush
-            for it in items:
-                push(h, it)
+        key, tie, ids = self._popped
+        c = ids.shape[0] - min(int(m), ids.shape[0])
+        self.heap.push_sorted(key[c:], tie[c:], ids[c:])   # a tail of a sorted batch is sorted
+        self._popped = (key[:c], tie[:c], ids[:c])
 
     def unpop(self, back) -> None:
         """Put back the items of the latest :meth:`pop_many` where ``back``
@@ -290,26 +289,61 @@ class EntryQueue:
         [1, 3, 0]
         """
         back = np.asarray(back, bool)
-        items = [it for it, b in zip(self._popped, back.tolist()) if b]
-        self._popped = [it for it, b in zip(self._popped, back.tolist()) if not b]
-        h = self.heap
-        if len(items) > len(h):
-            h.extend(items)
-            heapq.heapify(h)
-        else:
-            for it in items:
-                heapq.heappush(h, it)
+        key, tie, ids = self._popped
+        self.heap.push_sorted(key[back], tie[back], ids[back])   # a subsequence of a sorted batch
+        self._popped = (key[~back], tie[~back], ids[~back])
 
     def __len__(self):
         return len(self.heap)
 
-    def prune(self, alive) -> None:
-        """Drop heap entries for which ``alive(entry_ids) -> bool array`` is False."""
-        if not self.heap:
-            return
-        ids = np.fromiter((e[2] for e in self.heap), np.int64, len(self.heap))
-        ok = alive(ids)
-        if ok.all():
-            return
-        self.heap = [e for e, k in zip(self.heap, ok.tolist()) if k]
-        heapq.heapify(self.heap)
+    def prune(self, alive, compact: bool = False) -> int:
+        """Drop queued entries for which ``alive(entry_ids) -> bool array`` is
+        False.  ``compact``: then also drop the table's prefix before the
+        oldest queued entry (when it is at least a quarter of the table) into
+        fresh buffers sized to what is left -- earlier :meth:`arrays` stay
+        valid as snapshots; every entry id shifts down by the returned count
+        (0: nothing moved), which the caller applies to ids it keeps.
+
+        >>> q = EntryQueue("desc", fields=("t",))
+        >>> _ = q.push({"t": np.arange(8.0)}, np.ones(8), np.ones(8), np.arange(8))
+        >>> q.prune(lambda ids: q.arrays()["t"][ids] >= 5, compact=True)   # entries 0..4 left the window
+        5
+        >>> q.arrays()["t"].tolist(), sorted(q.pop_many(8).tolist())
+        ([5.0, 6.0, 7.0], [0, 1, 2])
+        """
+        if len(self.heap):
+            self.counts["pruned"] += self.heap.filter(alive)
+        if not compact or not self.n:
+            return 0
+        cut = int(self.heap.ids().min()) if len(self.heap) else self.n
+        if cut <= 0 or 4 * cut < self.n:
+            return 0
+        left = self.n - cut
+        cap = max(1024, left + left // 2)
+        for f, b in self._buf.items():
+            nb = np.zeros(cap, b.dtype)
+            nb[:left] = b[cut:self.n]
+            self._buf[f] = nb
+        self._cap, self.n, self._arrays = cap, left, None
+        self.heap.shift(cut)
+        self._popped = _EMPTY_POP
+        self.counts["compacted"] += cut
+        self.counts["compactions"] += 1
+        return cut
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the entry table (allocated capacity), the order, the last popped batch, the strata."""
+        nb = sum(b.nbytes for b in self._buf.values()) + self.heap.nbytes + sum(a.nbytes for a in self._popped)
+        for a in (getattr(self, "_strata_keys", None), getattr(self, "_strata_counts", None)):
+            if a is not None:
+                nb += a.nbytes
+        return int(nb)
+
+    def stats(self) -> dict:
+        """Queued entries, table rows / capacity, bytes and what pruning dropped."""
+        return dict(self.counts, queued=len(self.heap), table_rows=self.n, table_capacity=self._cap,
+                    bytes=self.nbytes)
+
+
+_EMPTY_POP = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
