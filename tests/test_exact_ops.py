@@ -56,3 +56,109 @@ def test_tuple_based_window_ties():
     ch = q.push(Batch({"x": np.array([1, 2, 3])}, ts=np.array([5., 5., 5.])))
     assert sorted(snapshot(ch, 5)["x"].tolist()) == [2, 3]
     assert len(ch) == 2                      # x=1 never visible: not emitted
+
+
+def test_compiled_mix_is_bit_identical_to_mix_rids():
+    from sketchql.operators.changes import mix_rids
+    from sketchql.operators.exact._kernels import mix_rows
+    rng = np.random.default_rng(3)
+    for k in (1, 2, 3):
+        r = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, (k, 500), dtype=np.int64)
+        r[:, :3] = [-1, 0, np.iinfo(np.int64).max]
+        assert np.array_equal(mix_rows(r.view(np.uint64)).view(np.int64), mix_rids(*r))
+
+
+def _emit_reference(idx, s_, e_, nw, ts_all, rid_all, off):
+    """join_emit by numpy: − of shown composites that end, + of new live ones, stable on time."""
+    from sketchql.operators.changes import mix_rids
+    live, fin = s_ < e_, ~np.isinf(e_)
+    im, ip = np.flatnonzero(fin & (live | ~nw)), np.flatnonzero(nw & live)
+    comp = np.concatenate([im, ip])
+    at = np.concatenate([e_[im], s_[ip]])
+    sign = np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)])
+    o = np.argsort(at, kind="stable")
+    comp, at, sign = comp[o], at[o], sign[o]
+    g = [off[k] + idx[k][comp] for k in range(len(idx))]
+    ts = np.max([ts_all[x] for x in g], axis=0)
+    return comp, sign, at, ts, mix_rids(*[rid_all[x] for x in g])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_join_emit_counting_sort_and_its_fallback_match_a_stable_sort(seed):
+    from sketchql.operators.exact._kernels import join_emit
+    from sketchql.operators.exact.join import _ranks
+    rng = np.random.default_rng(seed)
+    K, n = 2 + seed % 2, 3000
+    lens = rng.integers(20, 60, K)
+    off = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    N = int(lens.sum())
+    grid = np.arange(40) * 0.5                                 # few distinct times: many ties
+    start_all = rng.choice(grid, N)
+    end_all = np.where(rng.random(N) < 0.5, np.inf, start_all + rng.choice(grid, N))
+    ts_all, rid_all = rng.random(N), rng.integers(-2 ** 40, 2 ** 40, N)
+    idx = np.stack([rng.integers(0, lens[k], n) for k in range(K)])
+    g = [off[k] + idx[k] for k in range(K)]
+    s_ = np.max([start_all[x] for x in g], axis=0)
+    e_ = np.min([end_all[x] for x in g], axis=0)
+    nw = rng.random(n) < 0.6
+    ev = np.unique(np.concatenate([start_all, end_all[~np.isinf(end_all)]]))
+    ref = _emit_reference(idx, s_, e_, nw, ts_all, rid_all, off)
+    ranked = join_emit(idx, s_, e_, nw, ev, off, start_all, end_all, _ranks(ev, start_all),
+                       _ranks(ev, end_all), ts_all, rid_all.view(np.uint64))
+    none = -np.ones(N, np.int64)                               # no time found: the merge-sort path
+    merged = join_emit(idx, s_, e_, nw, ev, off, start_all, end_all, none, none, ts_all,
+                       rid_all.view(np.uint64))
+    assert len(ref[0]) > 1000
+    for got in (ranked, merged):
+        comp, sign, at, ts, rid = got
+        assert np.array_equal(comp, ref[0]) and np.array_equal(sign, ref[1])
+        assert np.array_equal(at, ref[2]) and np.array_equal(ts, ref[3])
+        assert np.array_equal(rid.view(np.int64), ref[4])
+
+
+def test_join_changes_match_brute_force_lifetimes():
+    """Every composite of live rows with equal keys: + at max start, − at min end (ties, NULLs)."""
+    from sketchql.operators.changes import Changes, mix_rids
+    rng = np.random.default_rng(5)
+    n, w = 900, 2.0
+    ts = np.round(np.cumsum(rng.exponential(0.05, n)), 1)
+    side = rng.integers(0, 3, n)
+    key = rng.integers(0, 6, n).astype(float)
+    key[rng.random(n) < 0.05] = np.nan
+    scans = [WindowScan(WindowSpec.range(w)) for _ in range(3)]
+    j = MJoin(3, [((0, "k"), (1, "k")), ((1, "k"), (2, "k"))], prefixes=["a.", "b.", "c."])
+    outs, ins = [], [[] for _ in range(3)]
+    for i in range(0, n, 40):
+        sl = slice(i, i + 40)
+        now = float(ts[sl][-1])
+        chs = []
+        for s in range(3):
+            m = side[sl] == s
+            ch = scans[s].step(now, Batch({"k": key[sl][m]}, ts=ts[sl][m]) if m.any() else None)
+            ins[s].append(ch)
+            chs.append(ch)
+        out = j.step(now, *chs)
+        assert np.all(np.diff(out.at) >= 0) and np.all((np.diff(out.at) > 0) | (np.diff(out.sign) >= 0))
+        outs.append(out)
+    got = Changes.concat(outs)
+    # brute force from the scans' own lifetimes
+    life = []
+    for s in range(3):
+        c = Changes.concat(ins[s])
+        plus = c.sign > 0
+        end = {int(r): float(a) for r, a in zip(c.rid[~plus], c.at[~plus])}
+        life.append([(int(r), float(a), end.get(int(r), np.inf), float(k))
+                     for r, a, k in zip(c.rid[plus], c.at[plus], c.columns["k"][plus])])
+    exp = []
+    for ra, sa, ea, ka in life[0]:
+        for rb, sb, eb, kb in life[1]:
+            if not ka == kb:
+                continue
+            for rc, sc, ec, kc in life[2]:
+                if kb == kc and max(sa, sb, sc) < min(ea, eb, ec):
+                    rid = int(mix_rids(np.array([ra]), np.array([rb]), np.array([rc]))[0])
+                    exp.append((max(sa, sb, sc), 1, rid))
+                    if min(ea, eb, ec) <= float(ts[-1]):
+                        exp.append((min(ea, eb, ec), -1, rid))
+    assert len(exp) > 200
+    assert sorted(exp) == sorted(zip(got.at.tolist(), got.sign.tolist(), got.rid.tolist()))

@@ -267,3 +267,198 @@ def distinct_count(code, sign, at, pos_plus, rid_lo, rid_hi, rid_order, alive, s
                         k += 1
                         break
     return out_pos[:k], out_sign[:k], out_at[:k], 0
+
+
+# -- window join (MJoin) ----------------------------------------------------------------------
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@numba.njit(cache=True)
+def _splitmix_step(z, r):
+    # one SplitMix64 chaining step, bit-identical to ``changes.mix_rids`` (uint64 wraps)
+    z = z * _GOLDEN + r
+    z = z ^ (z >> np.uint64(30))
+    z = z * _M1
+    z = z ^ (z >> np.uint64(27))
+    z = z * _M2
+    z = z ^ (z >> np.uint64(31))
+    return z
+
+
+@numba.njit(cache=True)
+def mix_rows(rids):
+    """``changes.mix_rids(*rids)`` for a (K, n) uint64 array (the int64 rids viewed as uint64):
+    the same SplitMix64 chain over the K members of each column, compiled (one pass)."""
+    K, n = rids.shape
+    out = np.empty(n, np.uint64)
+    for r in range(n):
+        z = np.uint64(0)
+        for k in range(K):
+            z = _splitmix_step(z, rids[k, r])
+        out[r] = z
+    return out
+
+
+@numba.njit(cache=True)
+def join_extend(lo, hi, total, o, s_, e_, nw_, sj, ej, newj, touchedj, skip_touched):
+    """One probe level of MJoin: extend partial composites by the matching live rows of input j.
+
+    Partial composite p (lifetime ``[s_[p], e_[p])``, ``nw_[p]``: has a new member) matches the
+    rows ``o[lo[p]:hi[p]]`` of input j (equal key codes, ``o`` orders j's rows by code).  The
+    pair (p, b) is kept iff b is not a touched row when ``skip_touched`` (the composite is built
+    by its lowest-index touched member), and its lifetime ``[max(s, sj[b]), min(e, ej[b]))`` is
+    non-empty -- or it is a composite shown earlier (no new member) that now ends (finite end).
+    Output in the order of (p, run position), like ``expand_matches``: (p, b, start, end, new).
+    """
+    out_p = np.empty(total, np.int64)
+    out_b = np.empty(total, np.int64)
+    out_s = np.empty(total, np.float64)
+    out_e = np.empty(total, np.float64)
+    out_nw = np.empty(total, np.bool_)
+    k = 0
+    for p in range(len(lo)):
+        sp, ep, wp = s_[p], e_[p], nw_[p]
+        for q in range(lo[p], hi[p]):
+            b = o[q]
+            if skip_touched and touchedj[b]:
+                continue
+            ns = max(sp, sj[b])
+            ne = min(ep, ej[b])
+            nw = wp or newj[b]
+            if ns < ne or (not np.isinf(ne) and not nw):
+                out_p[k] = p
+                out_b[k] = b
+                out_s[k] = ns
+                out_e[k] = ne
+                out_nw[k] = nw
+                k += 1
+    return out_p[:k], out_b[:k], out_s[:k], out_e[:k], out_nw[:k]
+
+
+@numba.njit(cache=True)
+def _time_rank(idx, c, off, times, ranks, t):
+    # rank of time t among the step's times, read from a member row whose time is t (ranks
+    # precomputed per row, -1 when not among them); -1 when no member has it.  Branch-free
+    # on purpose (a search here as a fallback makes the whole loop several times slower).
+    r = -1
+    for k in range(idx.shape[0]):
+        g = off[k] + idx[k, c]
+        cand = ranks[g] if times[g] == t else -1
+        r = max(r, cand)
+    return r
+
+
+@numba.njit(cache=True)
+def join_emit(idx, s_, e_, nw, ev, off, start_all, end_all, rs_all, re_all, ts_all, rid_all):
+    """The changes of a step's composites in (at, sign) order, built in one compiled pass.
+
+    Composite c (members ``idx[k, c]`` of input k; lifetime ``[s_[c], e_[c])``; ``nw[c]``: has a
+    new member) emits + at ``s_[c]`` when new and alive, and − at ``e_[c]`` when its end is
+    finite and it was shown (alive, or emitted in an earlier step).  Order: by time, − before +
+    at equal times, then by composite index -- a stable counting sort on the rank of the time
+    among ``ev`` (the sorted distinct start / end times of the step's touched rows; every
+    emitted time is a member's start or end, whose rank is precomputed per row in ``rs_all`` /
+    ``re_all``).  If a time is not found that way a stable merge sort is used instead.  The
+    per-row arrays are the inputs' arrays concatenated, input k at offset ``off[k]``.  Returns
+    (comp: the composite of each output, sign, at, ts = max member ts, rid = SplitMix64 mix of
+    the member rids, as ``mix_rows``).
+    """
+    K, n = idx.shape
+    E = len(ev)
+    km = np.full(n, -1, np.int64)
+    kp = np.full(n, -1, np.int64)
+    cnt = np.zeros(2 * E + 1, np.int64)
+    exact = True
+    m = 0
+    for c in range(n):
+        live = s_[c] < e_[c]
+        if nw[c] and live:
+            r = _time_rank(idx, c, off, start_all, rs_all, s_[c])
+            if r >= 0:
+                kp[c] = 2 * r + 1
+                cnt[2 * r + 2] += 1
+            else:
+                exact = False
+                kp[c] = 0
+            m += 1
+        if not np.isinf(e_[c]) and (live or not nw[c]):
+            r = _time_rank(idx, c, off, end_all, re_all, e_[c])
+            if r >= 0:
+                km[c] = 2 * r
+                cnt[2 * r + 1] += 1
+            else:
+                exact = False
+                km[c] = 0
+            m += 1
+    # destination of each composite's − (dm) and + (dp) output (overwrites the keys)
+    dm = km
+    dp = kp
+    if exact:
+        for b in range(1, 2 * E + 1):
+            cnt[b] += cnt[b - 1]
+        for c in range(n):
+            b = km[c]
+            if b >= 0:
+                dm[c] = cnt[b]
+                cnt[b] += 1
+            b = kp[c]
+            if b >= 0:
+                dp[c] = cnt[b]
+                cnt[b] += 1
+    else:
+        # retractions first, then a stable sort on the time
+        seq_c = np.empty(m, np.int64)
+        seq_at = np.empty(m, np.float64)
+        j = 0
+        for c in range(n):
+            if km[c] >= 0:
+                seq_c[j] = c
+                seq_at[j] = e_[c]
+                j += 1
+        nm = j
+        for c in range(n):
+            if kp[c] >= 0:
+                seq_c[j] = c
+                seq_at[j] = s_[c]
+                j += 1
+        o = np.argsort(seq_at, kind="mergesort")
+        for j in range(m):
+            if o[j] < nm:
+                dm[seq_c[o[j]]] = j
+            else:
+                dp[seq_c[o[j]]] = j
+    # one sequential pass over the composites, scattering their rows to their positions
+    comp = np.empty(m, np.int64)
+    sign = np.empty(m, np.int8)
+    at = np.empty(m, np.float64)
+    ts = np.empty(m, np.float64)
+    rid = np.empty(m, np.uint64)
+    for c in range(n):
+        if dm[c] < 0 and dp[c] < 0:
+            continue
+        z = np.uint64(0)
+        t = -np.inf
+        for k in range(K):
+            g = off[k] + idx[k, c]
+            x = ts_all[g]
+            if k == 0 or x > t or x != x:        # np.maximum (NaN propagates)
+                t = x
+            z = _splitmix_step(z, rid_all[g])
+        j = dm[c]
+        if j >= 0:
+            comp[j] = c
+            sign[j] = -1
+            at[j] = e_[c]
+            ts[j] = t
+            rid[j] = z
+        j = dp[c]
+        if j >= 0:
+            comp[j] = c
+            sign[j] = 1
+            at[j] = s_[c]
+            ts[j] = t
+            rid[j] = z
+    return comp, sign, at, ts, rid

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...errors import SketchQLError
 from ..changes import Batch, Changes, mix_rids
+from ._kernels import join_emit, join_extend
 from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
 from .base import Operator, WK
 
@@ -74,7 +75,9 @@ class _State:
                 bad = mr[(pos >= len(srt)) | (srt[posc] != mr)][0] if len(srt) else mr[0]
                 raise SketchQLError(f"{where}: retraction of row rid={int(bad)} that is not in the window")
             idx = o[posc]
-            if len(np.unique(idx)) != len(idx):
+            seen = np.zeros(len(self.ts), bool)
+            seen[idx] = True
+            if int(seen.sum()) != len(idx):
                 raise SketchQLError(f"{where}: the same row is retracted twice in one step")
             self.end[idx] = ch.at[minus]
             self.touched[idx] = True
@@ -206,36 +209,35 @@ class MJoin(Operator):
                         o = np.argsort(ccodes[ci][j], kind="stable")
                         sorted_cache[key] = (o, ccodes[ci][j][o])
                     o, srt = sorted_cache[key]
-                    pi, bpos = expand_matches(ccodes[ci][other][idx[other]], srt)
-                    bj = o[bpos]
+                    pc = ccodes[ci][other][idx[other]]
+                    lo = np.searchsorted(srt, pc, side="left")
+                    hi = np.searchsorted(srt, pc, side="right")
                     rest = link[1:]
-                else:
+                else:                                   # no condition links j yet: every pair
                     n = len(S[j])
-                    pi = np.repeat(np.arange(len(s_)), n)
-                    bj = np.tile(np.arange(n), len(s_))
+                    o = np.arange(n, dtype=np.int64)
+                    lo = np.zeros(len(s_), np.int64)
+                    hi = np.full(len(s_), n, np.int64)
                     rest = []
-                self._work += len(pi)
-                ok = np.ones(len(pi), bool)
-                if j < i:
-                    ok &= ~S[j].touched[bj]
-                for ci, c in rest:
-                    other = c[0][0] if c[1][0] == j else c[1][0]
-                    ok &= ccodes[ci][other][idx[other][pi]] == ccodes[ci][j][bj]
-                ns = np.maximum(s_[pi], S[j].start[bj])
-                ne = np.minimum(e_[pi], S[j].end[bj])
-                nw = nw_[pi] | S[j].new[bj]
-                # prune at once: a partial composite whose members' lifetimes do not
-                # overlap is dead, unless it was emitted earlier (no new member) and
-                # must now be retracted
-                ok &= (ns < ne) | (~np.isinf(ne) & ~nw)
-                pi, bj = pi[ok], bj[ok]
-                nw_ = nw[ok]
+                total = int((hi - lo).sum())
+                self._work += total
+                # one compiled pass: expand the key runs, drop pairs built by another touched
+                # member, prune at once a partial composite whose members' lifetimes do not
+                # overlap (unless it was emitted earlier -- no new member -- and must now be
+                # retracted)
+                pi, bj, s_, e_, nw_ = join_extend(lo, hi, total, o, s_, e_, nw_, S[j].start, S[j].end,
+                                                  S[j].new, S[j].touched, j < i)
+                if rest:
+                    ok = np.ones(len(pi), bool)
+                    for ci, c in rest:
+                        other = c[0][0] if c[1][0] == j else c[1][0]
+                        ok &= ccodes[ci][other][idx[other][pi]] == ccodes[ci][j][bj]
+                    pi, bj, s_, e_, nw_ = pi[ok], bj[ok], s_[ok], e_[ok], nw_[ok]
                 idx = {k: v[pi] for k, v in idx.items()}
                 idx[j] = bj
-                s_, e_ = ns[ok], ne[ok]
                 bound.append(j)
             if len(s_) and len(bound) == self.n_inputs:
-                parts.append((idx, s_, e_))
+                parts.append((idx, s_, e_, nw_))
         out = self._emit(parts) if parts else None
         for st in S:
             st.purge()
@@ -245,42 +247,47 @@ class MJoin(Operator):
 
     def _emit(self, parts):
         """+ at max start for composites with a new member, − at min end for retracted ones,
-        gathered once in (at, sign) order (one lexsort, one fancy index per column)."""
+        in (at, sign) order, built by one compiled pass (:func:`._kernels.join_emit`: a
+        counting sort on the rank of the time among the step's start / end times, member
+        rows, ts and mixed rids), then one fancy index per output column."""
         S = self._states
         K = self.n_inputs
         if len(parts) == 1:
-            idx, s_, e_ = parts[0]
+            idx, s_, e_, nw = parts[0]
         else:
             idx = {k: np.concatenate([p[0][k] for p in parts]) for k in range(K)}
             s_ = np.concatenate([p[1] for p in parts])
             e_ = np.concatenate([p[2] for p in parts])
-        anynew = S[0].new[idx[0]]
-        for k in range(1, K):
-            anynew = anynew | S[k].new[idx[k]]
-        live = s_ < e_
-        fin = ~np.isinf(e_)
-        ip = np.flatnonzero(anynew & live)
-        im = np.flatnonzero(fin & (live | ~anynew))
-        if not len(ip) and not len(im):
+            nw = np.concatenate([p[3] for p in parts])
+        # every emitted time is the start of a new row or the end of a row retracted now;
+        # each row's rank among those times is computed once here (vectorized)
+        ev = np.unique(np.concatenate([x for st in S for x in (st.start[st.new], st.end[st.touched])]))
+        lens = np.array([len(st) for st in S], np.int64)
+        off = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        start_all = np.concatenate([st.start for st in S]).astype(np.float64, copy=False)
+        end_all = np.concatenate([st.end for st in S]).astype(np.float64, copy=False)
+        idx2 = np.stack([idx[k] for k in range(K)])
+        comp, sign, at, ts, rid = join_emit(
+            idx2, s_, e_, nw, ev, off, start_all, end_all,
+            _ranks(ev, start_all), _ranks(ev, end_all),
+            np.concatenate([st.ts for st in S]).astype(np.float64, copy=False),
+            np.concatenate([st.rid for st in S]).astype(np.int64, copy=False).view(np.uint64))
+        if not len(sign):
             return None
-        # retractions first, then a stable sort on the time: (at, sign) order in one pass
-        comp = np.concatenate([im, ip])
-        at = np.concatenate([e_[im], s_[ip]])
-        sign = np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)])
-        o = np.argsort(at, kind="stable")
-        comp, at, sign = comp[o], at[o], sign[o]
         cols = {}
-        ts = None
-        rids = []
         for k in range(K):
-            v = idx[k][comp]
-            st = S[k]
-            for c, arr in st.cols.items():
-                cols[self.prefixes[k] + c] = arr[v]
-            t = st.ts[v]
-            ts = t if ts is None else np.maximum(ts, t)
-            rids.append(st.rid[v])
-        return Changes(Batch(cols, ts=ts), sign, at, mix_rids(*rids), sort=False)
+            v = idx2[k].take(comp)
+            for c, arr in S[k].cols.items():
+                cols[self.prefixes[k] + c] = arr.take(v)
+        return Changes(Batch(cols, ts=ts), sign, at, rid.view(np.int64), sort=False)
+
+
+def _ranks(ev: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Position of each time of ``t`` in the sorted array ``ev`` (−1 where absent)."""
+    r = np.searchsorted(ev, t)
+    rc = np.minimum(r, max(len(ev) - 1, 0))
+    hit = (ev[rc] == t) if len(ev) else np.zeros(len(t), bool)
+    return np.where(hit, r, -1).astype(np.int64)
 
 
 class SymmetricHashJoin(MJoin):
