@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import sketchql.spark.index_job as index_job_mod
+import sketchql.spark.driver_ingest as driver_ingest_mod
 from sketchql.index import StreamIndex
 from sketchql.spark import IndexJob, build, build_index, parse_summary_declaration
 from sketchql.spark.index_job import IndexBuilder, default_config, make_declaration
@@ -26,7 +26,7 @@ def _oracle(k, ts, rid, structure="T3"):
 
 
 def test_builder_generates_ids_prunes_locally_and_chunks(monkeypatch):
-    monkeypatch.setattr(index_job_mod, "INGEST_CHUNK", 37)  # many ingest calls
+    monkeypatch.setattr(driver_ingest_mod, "INGEST_CHUNK", 37)  # many ingest calls, hashed ahead
     rng = np.random.default_rng(3)
     n = 2000
     k = rng.integers(0, 60, n)

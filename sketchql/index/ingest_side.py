@@ -106,7 +106,7 @@ class IngestSide:
             self._g1_next_reason = None
 
     # ------------------------------------------------------------------ ingest
-    def ingest(self, values, timestamps, row_ids=None, columns=None) -> IngestReport:
+    def ingest(self, values, timestamps, row_ids=None, columns=None, hashed=None) -> IngestReport:
         """Add a batch of tuples (numpy arrays, timestamps non-decreasing).
 
         Tuples with ``ts < clock - allowed_lateness`` (clock = the largest
@@ -117,6 +117,8 @@ class IngestSide:
         bad input (length mismatch, NaN/inf timestamp, bad key type).
         ``columns`` (name -> array): the batch's other columns, kept by the
         attached value layers that asked for them (:mod:`~sketchql.index.value_layer`).
+        ``hashed``: ``self._hash(values)`` computed ahead by the caller (e.g. in another
+        thread while the previous batch ingests); used when every tuple is in order.
         """
         t0 = time.perf_counter()
         self._check_config()
@@ -158,7 +160,7 @@ class IngestSide:
                 reasons["late"] = len(rejected_pos)
             inorder = ~(late | ooo)
             if inorder.all():
-                self._ingest_inorder(keys, ts, rids)
+                self._ingest_inorder(keys, ts, rids, hashed)
             else:
                 sel = np.flatnonzero(inorder)
                 if len(sel):
@@ -183,8 +185,8 @@ class IngestSide:
                             zones_started=self.counters["zones_started"] - zs0,
                             collapses=self.counters["collapses"] - col0, seconds=dt)
 
-    def _ingest_inorder(self, keys, ts, rids) -> None:
-        bucket, idx, sgn = self._hash(keys)
+    def _ingest_inorder(self, keys, ts, rids, hashed=None) -> None:
+        bucket, idx, sgn = self._hash(keys) if hashed is None else hashed
         T1 = self.decl.granularity
         k = np.floor(ts / T1).astype(np.int64)
         cuts = np.flatnonzero(k[1:] != k[:-1]) + 1

@@ -28,8 +28,9 @@ one column less across the JVM -> Python boundary.
 Per partition (always, also with ``prune=False``): rows with ``ts <= (newest
 ts of the partition) - margin`` are not ingested (the merged clock is at least
 the partition's, so they are expired there too; same argument and margin as
-below), and the rest is ingested in time-ordered chunks of ``INGEST_CHUNK``
-rows (same index as one call, smaller temporaries).  On time-ordered input
+below), and the rest is ingested in time-ordered chunks, the next one hashed
+ahead on a helper thread (:mod:`sketchql.spark.driver_ingest`: same index as
+one call).  On time-ordered input
 (each partition a time range) this skips most of the ingest of the older
 partitions even without the JVM aggregate.
 
@@ -67,6 +68,7 @@ import numpy as np
 from ..errors import SummaryError
 from .build import _KEY_TYPES, _TS_TYPES, BuildResult, build, resolve_column
 from .declaration import SummarySpec, parse_summary_declaration
+from .driver_ingest import INGEST_CHUNK, ingest_rows  # noqa: F401  (re-exported)
 from .partition import SparkInputError, _partial_row, key_array, seconds_array
 
 _RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
@@ -74,9 +76,6 @@ _RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
 _PRUNE_TS_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType",
                    "TimestampType", "DateType"}
 ROW_ID = "__sketchql_row_id"
-# Rows per StreamIndex.ingest call: in time order, chunks give the same index as one call,
-# and keep the per-call temporaries (hash indexes/signs, d x rows) small.
-INGEST_CHUNK = 1 << 20
 
 
 def _index_api():
@@ -167,56 +166,6 @@ class IndexBuilder:
     def partial(self):
         ix, rows, lo, hi = self.index()
         return _partial_row(ix.to_bytes(), rows, self.null_keys, self.null_ts, lo, hi)
-
-
-def ingest_rows(ix, v: np.ndarray, t: np.ndarray, r: np.ndarray, name: str,
-                prune_margin: float | None = None, max_rid: int | None = None) -> int:
-    """Ingest valid rows ``(v, t, r)`` into ``ix`` as one ``(ts, row id)``-ordered stream.
-
-    Rows with ``ts <= max(t) - prune_margin`` are expired at any clock >= max(t)
-    and are skipped (only when every time is finite; an infinite one makes the
-    ingest raise).  ``max_rid`` (the largest row id of *all* valid rows, also
-    pruned ones) restores the row-id counter of a full ingest.  Time-ordered
-    chunks of ``INGEST_CHUNK`` rows give the same index as one call.  Returns
-    the number of pruned rows.
-    """
-    n = len(v)
-    pruned = 0
-    if n and prune_margin is not None:
-        lo, hi = float(t.min()), float(t.max())
-        if math.isfinite(lo) and math.isfinite(hi) and lo <= hi - prune_margin:
-            keep = t > hi - prune_margin
-            v, t, r = v[keep], t[keep], r[keep]
-            pruned = n - len(v)
-    if len(t) > 1 and not _ordered(t, r):
-        order = np.lexsort((r, t))
-        v, t, r = v[order], t[order], r[order]
-    rejected, reasons = 0, {}
-    try:
-        for a in range(0, len(v), INGEST_CHUNK):  # in-order chunks: same index, less memory
-            b = a + INGEST_CHUNK
-            rep = ix.ingest(v[a:b], t[a:b], r[a:b])
-            rejected += rep.rejected
-            for k, c in rep.reasons.items():
-                reasons[k] = reasons.get(k, 0) + c
-    except SummaryError as exc:
-        raise SparkInputError(f"summary {name}: {exc}") from None
-    if rejected:
-        raise SparkInputError(f"summary {name}: {rejected} tuples rejected "
-                              f"({reasons}) although the partition was time-ordered")
-    if max_rid is not None and hasattr(ix, "_next_row"):
-        # the one trace pruned rows leave in a full ingest: the row-id counter (a no-op
-        # when nothing was pruned: the ingest already counted every row id)
-        ix._next_row = max(int(ix._next_row), int(max_rid) + 1)
-    return pruned
-
-
-def _ordered(t: np.ndarray, r: np.ndarray) -> bool:
-    dt = np.diff(t)
-    if (dt < 0).any():
-        return False
-    tie = dt == 0
-    return not tie.any() or bool((r[1:][tie] > r[:-1][tie]).all())
 
 
 def index_mapper(decl_dict, config_dict, key, ts, rid, prune_margin=None, rid_base=0):
