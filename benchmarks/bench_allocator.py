@@ -378,7 +378,7 @@ def main(argv=None):
                 res[st].append(run(A, B, W, duration, st, f * total, cal, step=1.0,
                                    eval_every=args.eval_every, seed=1 + i))
         mean = {st: float(np.mean([r["wp"] for r in rs])) for st, rs in res.items()}
-        mem = {st: float(np.max([r["mem"] for r in rs])) for st, rs in res.items()}
+        mem = {st: float(np.mean([r["mem"] for r in rs])) for st, rs in res.items()}
         wa, wu, ws = mean["allocator"], mean["uniform"], mean["shedding"]
         gu = wa / max(wu, 1e-3)
         gs = wa / max(ws, 1e-3)

@@ -35,8 +35,9 @@ varopt (:mod:`sketchql.approx.sampling`).
 Window reduction: :mod:`sketchql.approx.window_reduction` (scaled estimates
 ``1 / s`` per row for aggregates with a contract, expected recall ``s^k`` for
 set-valued plans).  Synopsis compression of the declared summaries is on the
-summary control tables (:mod:`sketchql.approx.synopsis`).  The allocator does
-not drive these two nor ``sampler`` (see the README's "Precision and budgets").
+summary control tables (:mod:`sketchql.approx.synopsis`).  The allocator drives
+``window_scale`` and ``sampler`` where they pay unless set by hand, not the summary
+knobs (see the README's "Precision and budgets").
 
 >>> QUERY_KNOBS["sample_rate"].effect
 {'memory': 1, 'cpu': 1, 'precision': 1}

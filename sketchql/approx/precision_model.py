@@ -11,6 +11,16 @@ Every model maps a knob vector ``x`` to ``(precision, memory_bytes, cpu_units_pe
   COUNT and COUNT(DISTINCT) with ``N_g = D``, the coefficient of variation
   ``cv_g`` for AVG, ``√(1 + cv_g²)`` for SUM, ``√(q (1 − q)) / (f̂ x_q)``
   ≈ ``cv_g`` for quantiles) that is ``2 Φ(e / σ_g) − 1``;
+  Window reduction (knob ``window_scale`` = s, :mod:`sketchql.approx.window_reduction`:
+  on a stationary stream the reduced window is a Bernoulli sample at rate s) and the
+  sampler enter as ``σ_g² = c² k_g² F / N_g`` with
+  ``F = (1 − a)(1 − ps)/(ps) + a (1 − s)/s`` for Bernoulli with an outlier index (the
+  index keeps the share ``a`` of the error variance exactly; ``F = (1 − ps)/(ps)``
+  when the index is inactive) and ``F = ψ (1 − ps)/(ps)`` for VarOpt (priority sampling
+  ∝ ``|x| + mean|x|``; ``ψ`` its variance relative to Bernoulli, measured on the
+  window's rows by the engine).  Memory ``s · keep · M`` (``keep = p + (1 − p) o`` with
+  the index's share ``o``, ``p`` for VarOpt), CPU ``keep · C`` (window reduction
+  shrinks state, not the work per arrival);
 * set answers (joins, selections): the recall ``1 − FN`` (no false positives
   are produced by sampling or by the promising-tuple operators).
 
@@ -157,8 +167,8 @@ class AggregateModel(QueryModel):
         x = [float(v) for v in x]
         if not self.window_ok or len(x) < 2 or x[1] >= 1.0:
             return x
-        if self.mode == "varopt" or self.outlier_share <= 0:
-            return [max(x[0] * x[1], P_MIN), 1.0]
+        if (self.mode == "varopt" or self.outlier_share <= 0) and x[0] * x[1] >= P_MIN:
+            return [x[0] * x[1], 1.0]
         return x
 
     def rel_error(self, p: float) -> float:

@@ -161,23 +161,24 @@ class EngineAllocator:
     # -- knobs the allocator drives besides the rates: window_scale, sampler -------------------
     def _window_ok(self, qp) -> bool:
         """Window reduction is offered where it is allowed (an aggregate with an error contract,
-        RANGE windows, no DISTINCT / negation above them) and the user has not set it by hand."""
+        RANGE windows, no DISTINCT / negation above them) and the user has not set it by hand
+        (the query knob ``window_scale`` written through the control tables pins it)."""
         from ..approx.window_reduction import reduction_blockers
         if qp.kind != "aggregate" or qp.contract.error is None or not qp._base_windows:
             return False
         if reduction_blockers(qp.q.plan):
             return False
-        return self._auto.get((qp.q.id, "window_scale"), 1.0) == qp.window_scale
+        return not getattr(qp, "window_pinned", False)
 
     def _sampler_free(self, qp) -> bool:
         """The sampler is the allocator's to choose: Bernoulli-family samplers on a SUM / AVG
-        argument, not set by hand (the allocator's last choice, or the default bernoulli)."""
+        argument, not set by hand (the query knob ``sampler`` written by the user pins it)."""
         if qp.kind != "aggregate" or not qp.samplers:
             return False
         smp = list(qp.samplers.values())
         if any(x.mode == "universe" or not x.outlier_columns for x in smp):
             return False
-        return smp[0].mode == self._auto.get((qp.q.id, "sampler"), "bernoulli")
+        return not getattr(qp, "sampler_pinned", False)
 
     def row_stats(self, qp, outlier_share: float) -> Optional[dict]:
         """From the rows the query's window holds now (HT-weighted by ``__w``, so population sums
@@ -458,7 +459,7 @@ class EngineAllocator:
         if qp.info is None:
             return None
         N, k = qp.info.op.group_stats()
-        return (len(N), float(np.mean(k)) if len(k) else 0.0, float(np.sum(N)))
+        return (len(N), float(np.mean(k)) if len(k) else 0.0, float(np.sum(N)), self._outlier_share(qp))
 
     # -- triggers --------------------------------------------------------------------------
     def tick(self, now: float):
@@ -488,7 +489,7 @@ class EngineAllocator:
                 continue
             new = self._stat_sig(qp)
             if old[0] and (abs(new[0] - old[0]) > 0.5 * old[0] or abs(new[1] - old[1]) > 0.5 * max(old[1], 1e-9)
-                           or abs(new[2] - old[2]) > 0.5 * max(old[2], 1e-9)):
+                           or abs(new[2] - old[2]) > 0.5 * max(old[2], 1e-9) or new[3:] != old[3:]):
                 self._plan(f"distribution of q{q.id} changed (groups {old[0]} -> {new[0]}, window rows "
                            f"{old[2]:.4g} -> {new[2]:.4g})", force=False)
                 self._stats_at_plan[q.id] = new

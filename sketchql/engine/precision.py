@@ -561,9 +561,11 @@ class QueryPrecision:
             self.set_audit_share(v)
         elif name == "window_scale":
             self.set_window_scale(v)
+            self.window_pinned = True           # set by hand: the allocator leaves it alone
         elif name == "sampler":
             for smp in self.samplers.values():
                 smp.set_mode(v)
+            self.sampler_pinned = True
 
     def set_window_scale(self, scale: float):
         """Window reduction (:mod:`sketchql.approx.window_reduction`): run the query's RANGE
