@@ -44,7 +44,10 @@ def _feed_indexes(decl: SummaryDecl, b: Batch, first_row: int):
         return
     rids = np.arange(first_row, first_row + len(b), dtype=np.int64)
     for a, idx in decl.index.items():
-        idx.ingest(b.columns[a], b.ts, rids)
+        if getattr(idx, "_value_layers", None):     # its value layers keep other columns too
+            idx.ingest(b.columns[a], b.ts, rids, columns=b.columns)
+        else:
+            idx.ingest(b.columns[a], b.ts, rids)
 
 
 def _advance_indexes(decl: SummaryDecl, now: float):

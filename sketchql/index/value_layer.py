@@ -146,6 +146,7 @@ class ValueLayer:
         self.ingested = 0
         self.consumers = 0
         self._vdtype = None
+        self._kmemo: dict = {}
         for c in columns:
             self._add_column(c)
 
@@ -246,7 +247,12 @@ class ValueLayer:
         zone = self.zones.get(int(z))
         if zone is None or self._vdtype is None:
             return out
-        k = self._keys(edges)
+        hit = self._kmemo.get(id(edges))
+        if hit is None or hit[0] is not edges:       # the consumer's fixed edges: converted once
+            if len(self._kmemo) > 64:
+                self._kmemo.clear()
+            hit = self._kmemo[id(edges)] = (edges, self._keys(edges))
+        k = hit[1]
         pos = np.zeros(edges.shape[0], np.int64)
         for r in zone.runs:
             pos += np.searchsorted(r.values, k, "left")

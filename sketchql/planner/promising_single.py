@@ -77,6 +77,37 @@ class _Base:
         self.units_given = 0.0
         self.idle_units = 0.0
         self.clock = -math.inf
+        #: plan source index of the scan -> 0 (set by the planner when the operator reads the
+        #: shared layer); the query feeds the stream rows of the tuples it gives that scan
+        self.row_sources: dict = {}
+        self._rows_fed: list = []          # stream rows fed to the scan, in scan rid order
+        self._rows_base = 0                # scan rid of the first row in _rows_fed
+
+    @property
+    def shared(self) -> bool:
+        """True when the operator reads the stream attribute's shared value layer."""
+        return bool(getattr(self.op, "shared", False))
+
+    def feed_rows(self, side: int, rows) -> None:
+        """Stream row ids of the tuples the query feeds to the scan (its next scan rids)."""
+        if self.shared:
+            self._rows_fed.append(np.asarray(rows, np.int64))
+
+    def _rows_of(self, scan_rid):
+        parts = self._rows_fed
+        allr = np.concatenate(parts) if len(parts) != 1 else parts[0]
+        k = np.asarray(scan_rid, np.int64) - self._rows_base
+        if k.shape[0] and (k.min() < 0 or k.max() >= allr.shape[0]):
+            from ..errors import SketchQLError
+            raise SketchQLError("PT selection over a shared layer: the scan's arrivals do not match the rows fed")
+        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed
+        self._rows_base += allr.shape[0]
+        self._rows_fed = []
+        return allr[k]
+
+    def index_nbytes(self) -> int:
+        """Index memory of this query: its row map on the shared layer, or its private layer."""
+        return int(self.op.index_nbytes())
 
     def _empty(self):
         from ..operators.promising import make_batch
@@ -111,14 +142,19 @@ class _Base:
         units = float(self.budget_units())
         self.units_given += units * n
         self.tuples_in += n
+        srows = self._rows_of(rows.rid)[o] if self.shared else None
         group = getattr(self, "group", None)
         if group is None:
+            if srows is not None:
+                self.op.bind(seq, srows, ts[o])
             self.op.tick(make_batch(np.zeros(n, np.int64), ts[o], seq, **cols), np.full(n, units))
         elif group.ticked_at != self._now:
             # one tick per step for every query sharing the operator (identical arrivals); it brings
             # the budgets of all of them, split by the operator among its queries
             group.ticked_at = self._now
             total = float(sum(m.budget_units() for m in group.members))
+            if srows is not None:
+                self.op.bind(seq, srows, ts[o])
             self.op.tick(make_batch(np.zeros(n, np.int64), ts[o], seq, **cols), np.full(n, total))
         return {"seq": seq, "order": o}
 
@@ -268,14 +304,12 @@ class PTAggregateNode(_Base):
         return Changes.concat(parts) if len(parts) > 1 else parts[0]
 
     def _exact(self, now: float) -> float:
-        """The exact aggregate over the window tuples the operator stores."""
+        """The exact aggregate over the window tuples of the operator (read from its layer)."""
         op = self.op
-        ix = op.index
-        zs = ix.zones_between(now - op.window, now)
-        lo = ix.zones[zs[0]]["lo"] if zs else ix.n
         q = op.queries[0]
-        k, t, v = ix.vals[lo: ix.n], ix.ts[lo: ix.n], ix.aux[lo: ix.n]
-        x = v[(t > now - op.window) & (t <= now) & (k >= q.lo) & (k <= q.hi)]
+        cols = (op.value_attr,) if op.value_attr else ()
+        _, t, _, c = op.window_tuples(now - op.window, now, q.lo, q.hi, cols)
+        x = c[op.value_attr] if cols else t
         if op.func == "count":
             return float(x.shape[0])
         if op.func == "sum":
@@ -289,7 +323,7 @@ class PTAggregateNode(_Base):
                       "ts": np.array([float(ts)])}, ts=np.array([float(ts)]))
 
     def state_size(self) -> int:
-        return int(self.op.index.n)
+        return 0 if self.shared else int(self.op.layer.n)
 
     def stats(self) -> dict:
         d = super().stats()
@@ -362,31 +396,31 @@ class SelectionGroup:
 def _add_range_query(sel, lo, hi) -> Optional[int]:
     """Add the range query ``[lo, hi]`` to a PTSelection that has not received data yet (its
     per-query state is then empty); returns its index, or None when it cannot be added."""
-    from ..operators.promising.selection import RangeQuery
-    per_query = ("_t_start", "_pending", "_upto", "_upto_t", "_zone_t", "_account", "_out", "_q_buckets")
-    if sel.stats().get("tuples_in", 1) or not all(hasattr(sel, a) for a in per_query + ("_share",)):
-        return None
-    q = RangeQuery(float(lo), float(hi), sel.attr)
-    sel.queries.append(q)
-    sel._t_start.append(sel._t_start[0] if sel._t_start else -math.inf)
-    for a in ("_pending", "_out"):
-        getattr(sel, a).append([])
-    for a in ("_upto", "_upto_t", "_zone_t"):
-        getattr(sel, a).append({})
-    sel._account.append(0.0)
-    sel._q_buckets.append(sel._buckets_of(q))
-    w = np.array([x.weight for x in sel.queries], np.float64)
-    sel._share = w / w.sum()
-    return len(sel.queries) - 1
+    return sel.add_query(lo, hi)
 
 
-def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: float, selection_pool=None):
+def _layer_source(index_for, stream: str, col: str, window: float):
+    """The StreamIndex whose value layer the operator reads: any declared index of
+    ``stream.col`` (the layer keeps its own history), else the one the engine declares."""
+    ix = index_for(stream, col, 0.0, declare=False)
+    return ix if ix is not None else index_for(stream, col, window)
+
+
+def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: float, selection_pool=None,
+                          index_for=None):
     """Rewrite a single-stream selection / aggregate plan (module doc); ``None`` if it does not fit.
 
     ``selection_pool`` (a dict owned by the engine): range selections over the same stream,
     column, window and remaining filters, registered before data arrived, share one
-    PTSelection (one query each; the many-queries operator of paper Figure 8)."""
-    from ..operators.promising import build_promising_operator
+    PTSelection (one query each; the many-queries operator of paper Figure 8).
+
+    ``index_for(stream, col, window, declare=True)`` (the engine's, with ``share_indexes``):
+    the operators read the value layer of the stream attribute's declared index (declared by
+    the engine as ``_auto_<stream>_<col>`` if there is none), shared by every selection and
+    aggregate on it; an aggregate whose scan keeps other filters gets a private layer (its
+    counts must be those of its own input)."""
+    from ..operators.promising.aggregates import PTAggregate
+    from ..operators.promising.selection import PTSelection
 
     bq = plan.bound
     if bq.tables or len(bq.streams) != 1 or bq.preference is None:
@@ -423,23 +457,26 @@ def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: floa
         parent = parents.get(id(scan))
         if parent is None:
             return None
-        key = (src.schema.name.lower(), col.lower(), window, repr([str(c) for c in rest]))
+        ix = _layer_source(index_for, src.schema.name, col, window) if index_for is not None else None
+        key = (src.schema.name.lower(), col.lower(), window, repr([str(c) for c in rest]), id(ix))
         group, qi = (selection_pool or {}).get(key), None
         if group is not None:
             qi = _add_range_query(group.op, lo, hi)
         if qi is None:
-            op = build_promising_operator({"kind": "selection", "predicates": [(lo, hi)], "key": col,
-                                           "window": None if math.isinf(window) else window, "seed": seed})
+            op = PTSelection([(lo, hi)], attr=col, window=window, seed=seed, source=ix)
             group, qi = SelectionGroup(op), 0
             if selection_pool is not None:
                 selection_pool[key] = group
         op = group.op
+        where = f"shared value layer of {ix.decl.name}.{ix.decl.attr}" if ix is not None else "private value layer"
         node = PlanNode("pt_select", f"PromisingTupleSelection {src.alias}.{col} BETWEEN {lo:g} AND {hi:g} "
-                        f"PREFERENCE desc WINDOW {wtxt}", children=[scan],
-                        params={"attr": col, "lo": lo, "hi": hi, "window_s": window},
+                        f"PREFERENCE desc WINDOW {wtxt} (index: {where})", children=[scan],
+                        params={"attr": col, "lo": lo, "hi": hi, "window_s": window, "index": where},
                         op=PTSelectNode(op, col, window, budget_units), pattern=scan.pattern,
-                        structure="PT region index (value buckets x time zones) + pending-region heap")
+                        structure=f"PT regions (value buckets x time zones) on the {where} + pending-region heap")
         node.op.qi = qi
+        if ix is not None:
+            node.op.row_sources = {scan.source: 0}
         if len(group.op.queries) > 1 or selection_pool is not None:
             group.members.append(node.op)
             node.op.group = group
@@ -475,18 +512,23 @@ def promising_single_plan(plan: Plan, catalog, seed: int, units_per_second: floa
     if not all(n.kind in ("project",) for n in an.walk() if n is not an and n is not scan):
         return None
     name = an.params["specs"][0]["name"]
-    op = build_promising_operator({"kind": "aggregate", "func": func, "predicates": [(lo, hi)], "key": col,
-                                   "value": value, "window": window, "domain": (lo, hi), "seed": seed})
+    ix = _layer_source(index_for, src.schema.name, col, window) if index_for is not None and not rest else None
+    op = PTAggregate([(lo, hi)], func=func, attr=col, value_attr=value, window=window, domain=(lo, hi),
+                     seed=seed, source=ix)
+    where = f"shared value layer of {ix.decl.name}.{ix.decl.attr}" if ix is not None else "private value layer"
     # the domain is the predicate's range: values outside it go to the index's own
     # under/overflow buckets (never into the edge buckets), which this query does not cover
     an.kind = "pt_aggregate"
     an.children = [scan]
     an.label = (f"PromisingTupleAggregate {func.upper()}({src.alias}.{value if func != 'count' else '*'}) "
-                f"WHERE {src.alias}.{col} BETWEEN {lo:g} AND {hi:g} PREFERENCE {op.preference} WINDOW {wtxt}")
-    an.structure = "PT region index (value buckets x time zones, count sketches) + pending-region heap"
-    an.params.update({"attr": col, "value": value, "func": func, "window_s": window})
+                f"WHERE {src.alias}.{col} BETWEEN {lo:g} AND {hi:g} PREFERENCE {op.preference} WINDOW {wtxt} "
+                f"(index: {where})")
+    an.structure = f"PT regions (value buckets x time zones, exact counts) on the {where} + pending-region heap"
+    an.params.update({"attr": col, "value": value, "func": func, "window_s": window, "index": where})
     an.op = PTAggregateNode(op, col, None if func == "count" else value, window, budget_units, name,
                             max_rel_error=ct.error, on_miss=ct.on_miss)
+    if ix is not None:
+        an.op.row_sources = {scan.source: 0}
     if func == "count":
         an.op.value = value
     scan.params["pushed"] = rest

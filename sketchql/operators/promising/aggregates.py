@@ -97,13 +97,14 @@ class PTAggregate(PTSelection):
             raise SketchQLError(f"PTAggregate: func must be one of {FUNCS}, got {func!r}")
         if not math.isfinite(window) or window <= 0:
             raise SketchQLError(f"PTAggregate: window must be a finite number of seconds > 0, got {window!r}")
+        # COUNT reads no other column: its layer (shared or not) keeps none for it
         super().__init__(queries, attr=attr, stream=stream, window=window, domain=domain, n_buckets=n_buckets,
-                         zone_seconds=zone_seconds, value_attr=value_attr, seed=seed, bank=bank,
-                         name=name or f"pt_{func}", probe_batch=probe_batch, source=source)
+                         zone_seconds=zone_seconds, value_attr=None if func == "count" else value_attr,
+                         seed=seed, bank=bank, name=name or f"pt_{func}", probe_batch=probe_batch, source=source)
         self.func = func
         self.preference = PREFERENCE_OF[func]
         nq = len(self.queries)
-        self._scanned = [dict() for _ in range(nq)]  # (zone, bucket) -> [(ts, price) of qualifying tuples]
+        self._scanned = [dict() for _ in range(nq)]  # zone -> [(buckets, ts, price) of qualifying tuples]
         self._bsum = [dict() for _ in range(nq)]     # bucket -> [sum, count] of scanned qualifying prices
         self._gsum = [0.0, 0]
         self._gb = np.zeros((self.n_buckets, 3))    # per bucket: count, sum, sum of squares of every scanned tuple
@@ -160,12 +161,15 @@ class PTAggregate(PTSelection):
         return np.where(u > 0, -u, np.inf)  # exact counts need no scan (sorted last)
 
     def _on_scan(self, qi, z, bucket, rid, ts, val, aux, hit) -> None:
+        if aux is None:                         # COUNT: no prices (only how many qualify)
+            aux = np.zeros(rid.shape[0])
         if bucket >= self.n_range or self._q_partial[qi].get(bucket, False):
             q = self.queries[qi]
             k = (z, bucket)
             self._inr[qi][k] = self._inr[qi].get(k, 0) + int(((val >= q.lo) & (val <= q.hi)).sum())
         if hit.any():
-            self._scanned[qi].setdefault((z, bucket), []).append((ts[hit], aux[hit]))
+            k = int(hit.sum())
+            self._scanned[qi].setdefault(z, []).append((np.full(k, bucket, np.int64), ts[hit], aux[hit]))
         if rid.shape[0]:
             last = self._glast.get((z, bucket), -1)
             new = rid > last
@@ -184,8 +188,12 @@ class PTAggregate(PTSelection):
         zones = self.layer.zones
         if len(self._glast) > 4 * self.n_buckets * (len(zones) + 1):
             self._glast = {k: v for k, v in self._glast.items() if k[0] in zones}
-        for sc in self._scanned + self._inr:
-            if len(sc) > 2 * self.n_buckets * (len(zones) + 1):
+        for sc in self._scanned:
+            if len(sc) > 2 * (len(zones) + 1):
+                for k in [k for k in sc if k not in zones]:
+                    del sc[k]
+        for sc in self._inr:
+            if len(sc) > 4 * (len(zones) + 1):
                 for k in [k for k in sc if k[0] not in zones]:
                     del sc[k]
 
@@ -211,38 +219,44 @@ class PTAggregate(PTSelection):
         unscanned_n = np.zeros(b.shape[0])
         count_unc = 0.0
         upto = self._upto[qi]
+        inr = self._inr[qi]
+        part = np.flatnonzero(frac < 1.0) if inr else np.zeros(0, np.int64)
+        jpos = np.zeros(self.n_buckets, np.int64)       # bucket -> its position in b
+        jpos[b] = np.arange(b.shape[0])
         for z in self.layer.zones_between(lo_t, now):
             if z <= self._z_before:        # shared layer: zones before the query's first arrival
                 continue
             zs, ze = z * zl, (z + 1) * zl
             tfrac = 1.0 if zs >= lo_t else max(0.0, (ze - lo_t) / zl)
             cnt = self.counts(z)[b]
-            done = np.array([upto.get((z, bb), 0) for bb in b.tolist()], np.int64) if upto else np.zeros(b.shape[0], np.int64)
-            for j in np.flatnonzero(done > 0).tolist():
-                for t_, v in scanned.get((z, int(b[j])), ()):
-                    if t_.shape[0]:
-                        v = v[t_ > lo_t]
-                        s_sum += float(v.sum())
-                        s_vals.append(v)
-                        s_bkt.append(np.full(v.shape[0], j))
+            done = upto[z][b] if z in upto else np.zeros(b.shape[0], np.int64)
+            parts = scanned.get(z)
+            if parts:
+                if len(parts) > 1:      # compact: one (buckets, ts, price) triple per zone
+                    parts[:] = [tuple(np.concatenate([p[i] for p in parts]) for i in range(3))]
+                bk, t_, v = parts[0]
+                m = t_ > lo_t
+                v = v[m]
+                s_sum += float(v.sum())
+                s_vals.append(v)
+                s_bkt.append(jpos[bk[m]])
             rem = (cnt - done).astype(np.float64)
             share, unc = self._zone_frac(qi, z)
             # in-range tuples not scanned: the exact in-range count minus those scanned
             # (a partial bucket's scanned part need not have the cell's share)
-            inr = self._inr[qi]
-            got = np.array([inr.get((z, int(bb)), 0) if f < 1.0 else d
-                            for bb, f, d in zip(b.tolist(), frac.tolist(), done.tolist())], np.float64) \
-                if inr else np.where(frac < 1.0, 0.0, done)
+            got = np.where(frac < 1.0, 0.0, done)
+            for j in part.tolist():
+                got[j] = inr.get((z, int(b[j])), 0)
             rem_in = np.maximum(share * cnt - got, 0.0)
             tf = np.full(b.shape[0], tfrac)
             if tfrac < 1.0:
                 # a cell's unscanned remainder arrived after its last scan (cells grow
                 # in arrival order): it lies in (the operator's clock at that scan, zone
                 # end), not spread over the whole zone
-                upto_t = self._upto_t[qi]
+                upto_t = self._upto_t[qi].get(z)
                 t_zone = self._zone_t[qi].get(z, -math.inf)
                 for j in np.flatnonzero(rem > 0).tolist():
-                    t_last = max(float(upto_t.get((z, int(b[j])), -math.inf)), t_zone)
+                    t_last = max(float(upto_t[b[j]]) if upto_t is not None else -math.inf, t_zone)
                     if t_last > zs:
                         tf[j] = min(1.0, max(0.0, (ze - max(lo_t, t_last)) / max(ze - t_last, 1e-12)))
             unscanned_n += rem_in * tf

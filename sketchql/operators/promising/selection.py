@@ -126,8 +126,6 @@ class PTSelection:
             raise SketchQLError(f"selection: n_buckets must be >= 1, got {n_buckets!r}")
         self.probe_batch = probe_batch
         self._mean_cost = 4.0
-        # the per-region hook is only called when a subclass uses it
-        self._hooked = type(self)._on_scan is not PTSelection._on_scan
         self.attr = attr
         self.stream = int(stream)
         self.window = float(window)
@@ -159,15 +157,18 @@ class PTSelection:
         self._cell_a = np.r_[edges[:-1], -np.inf, edges[-1]]
         self._cell_b = np.r_[edges[1:], edges[0], np.inf]
         self._edges = np.r_[-np.inf, edges, np.inf]     # value order: below, b0 .. b(nb-1), above
+        self._perm = np.r_[np.arange(1, nb + 1), 0, nb + 1]   # value order -> bucket numbering
         self._hi_row = -1                        # newest row the operator has (rows increase with arrival)
         self._z_before = -math.inf               # shared: the zone before the first arrival's
         self._bound = None                       # shared: (seqs, rows, ts) bound, not yet ticked
         nq = len(self.queries)
         self._t_start = [-math.inf] * nq        # last zone number consumed (as float)
         self._pending = [[] for _ in range(nq)]  # heaps of (key, -zone, bucket)
-        self._upto = [dict() for _ in range(nq)]  # (zone, bucket) -> cell tuples already scanned
-        self._wm = [dict() for _ in range(nq)]    # (zone, bucket) -> last row scanned (watermark)
-        self._upto_t = [dict() for _ in range(nq)]  # (zone, bucket) -> ``now`` of its last scan
+        # per query, per zone an array over the buckets: cell tuples already scanned, last row
+        # scanned (the watermark), ``now`` of the cell's last scan
+        self._upto = [dict() for _ in range(nq)]
+        self._wm = [dict() for _ in range(nq)]
+        self._upto_t = [dict() for _ in range(nq)]
         self._zone_t = [dict() for _ in range(nq)]  # zone -> ``now`` of its last complete idle pass
         self._account = [0.0] * nq
         self._out = [[] for _ in range(nq)]
@@ -230,9 +231,7 @@ class PTSelection:
         hit = self._cc.get(z)
         if hit is not None and hit[0] == zone.version:
             return hit[1]
-        c = self.layer.cell_counts(z, self._edges)
-        nr = self.n_range
-        c = np.r_[c[1:nr + 1], c[0], c[nr + 1]]
+        c = self.layer.cell_counts(z, self._edges)[self._perm]
         self._cc[z] = (zone.version, c)
         return c
 
@@ -308,9 +307,9 @@ class PTSelection:
         """Drop the per-region bookkeeping of zones the layer no longer holds."""
         zones = self.layer.zones
         for qi in range(len(self.queries)):
-            for d in (self._upto[qi], self._wm[qi], self._upto_t[qi]):
-                if len(d) > 4 * self.n_buckets * (len(zones) + 1):
-                    for k in [k for k in d if k[0] not in zones]:
+            for d in (self._upto[qi], self._wm[qi], self._upto_t[qi], self._zone_t[qi]):
+                if len(d) > 2 * (len(zones) + 1):
+                    for k in [k for k in d if k not in zones]:
                         del d[k]
 
     def finish(self) -> None:
@@ -337,7 +336,7 @@ class PTSelection:
             mine = [z for z in new if z > self._t_start[qi]]
             for z in mine:
                 cnt = self.counts(z)[b]
-                done = np.array([upto.get((z, bb), 0) for bb in b.tolist()], np.int64) if upto else 0
+                done = upto[z][b] if z in upto else 0
                 rem = cnt - done
                 ok = rem > 0
                 key = self._keys(qi, z, b[ok], rem[ok], frac[ok])
@@ -347,6 +346,16 @@ class PTSelection:
             self._account[qi] -= units
             self._stats["work"] += units
         self._t_start = [max(t, t_end) for t in self._t_start]
+
+    def _zone_arrays(self, qi, z):
+        """(scanned counts, row watermarks, last scan times) of query qi's cells in zone z."""
+        u = self._upto[qi].get(z)
+        if u is None:
+            nb = self.n_buckets
+            u = self._upto[qi][z] = np.zeros(nb, np.int64)
+            self._wm[qi][z] = np.full(nb, -1, np.int64)
+            self._upto_t[qi][z] = np.full(nb, -math.inf)
+        return u, self._wm[qi][z], self._upto_t[qi][z]
 
     def _keys(self, qi, z, buckets, counts, frac) -> np.ndarray:
         """Heap keys (smallest first) of query ``qi``'s new regions: desc on
@@ -360,6 +369,10 @@ class PTSelection:
 
     def _cols(self):
         return (self.value_attr,) if self._hooked and self.value_attr else ()
+
+    @property
+    def _hooked(self) -> bool:
+        return type(self)._on_scan is not PTSelection._on_scan
 
     def _emit(self, qi, rid, ts, hit) -> None:
         """Report the qualifying tuples (in the query's numbering: its arrival seqs)."""
@@ -387,19 +400,18 @@ class PTSelection:
     def _scan(self, qi, z, bb, acct) -> float:
         """Scan the not yet scanned tuples of cell (z, bb) for query qi."""
         cols = self._cols()
-        wm = self._wm[qi]
+        upto, wm, upto_t = self._zone_arrays(qi, z)
         _, rid, ts, val, aux = self.layer.gather(np.array([z]), self._cell_a[bb], self._cell_b[bb],
-                                                 wm.get((z, bb), -1), self._hi_row, cols)
-        upto = self._upto[qi]
-        upto[(z, bb)] = upto.get((z, bb), 0) + rid.shape[0]
-        wm[(z, bb)] = self._hi_row
-        self._upto_t[qi][(z, bb)] = self.now
+                                                 wm[bb], self._hi_row, cols)
+        upto[bb] += rid.shape[0]
+        wm[bb] = self._hi_row
+        upto_t[bb] = self.now
         hit = self._hits(qi, rid, ts, val)
         cost = COSTS["probe"] + COSTS["compare"] * rid.shape[0]
         self._stats["work"] += cost
         self._stats["probes"] += 1
         self._stats["compares"] += int(rid.shape[0])
-        if self._hooked:
+        if self._hooked:   # the per-region hook is only called when a subclass uses it
             self._on_scan(qi, z, bb, rid, ts, val, aux.get(self.value_attr) if cols else None, hit)
         self._emit(qi, rid, ts, hit)
         return acct - cost
@@ -422,7 +434,12 @@ class PTSelection:
         live = ((z + 1) * zs > horizon) & np.fromiter((zz in zset for zz in z.tolist()), bool, k)
         upto, wm = self._upto[qi], self._wm[qi]
         keys = list(zip(z.tolist(), bb.tolist()))
-        k0 = np.array([upto.get(c, 0) for c in keys], np.int64) if upto else np.zeros(k, np.int64)
+        k0 = np.zeros(k, np.int64)
+        w0 = np.full(k, -1, np.int64)
+        for zz in set(z.tolist()) & upto.keys():
+            m = z == zz
+            k0[m] = upto[zz][bb[m]]
+            w0[m] = wm[zz][bb[m]]
         n_cell = np.zeros(k, np.int64)
         if live.any():
             n_cell[live] = layer.range_counts(z[live], self._cell_a[bb[live]], self._cell_b[bb[live]])
@@ -434,27 +451,25 @@ class PTSelection:
             took = 1
         for it in items[took:]:
             heapq.heappush(heap, it)
-        z, bb, live, k0 = z[:took], bb[:took], live[:took], k0[:took]
+        z, bb, live, k0, w0 = z[:took], bb[:took], live[:took], k0[:took], w0[:took]
         self._stats["regions_dropped"] += int((~live).sum())
         r = np.flatnonzero(live)
         if not r.shape[0]:
             return acct
         zr, br = z[r], bb[r]
-        w0 = np.array([wm.get(c, -1) for c in zip(zr.tolist(), br.tolist())], np.int64) if wm else \
-            np.full(r.shape[0], -1, np.int64)
         cols = self._cols()
-        reg, rid, ts, val, aux = layer.gather(zr, self._cell_a[br], self._cell_b[br], w0, self._hi_row, cols)
+        reg, rid, ts, val, aux = layer.gather(zr, self._cell_a[br], self._cell_b[br], w0[r], self._hi_row, cols)
         lr = np.bincount(reg, minlength=r.shape[0])
         cost = COSTS["probe"] + COSTS["compare"] * lr
         spent = float(cost.sum())
         self._mean_cost = 0.8 * self._mean_cost + 0.2 * spent / max(1, r.shape[0])
         hit = self._hits(qi, rid, ts, val)
-        now, hi_row = self.now, self._hi_row
-        upto_t = self._upto_t[qi]
-        for zz, b_, a0, n in zip(zr.tolist(), br.tolist(), k0[r].tolist(), lr.tolist()):
-            upto[(zz, b_)] = a0 + n
-            wm[(zz, b_)] = hi_row
-            upto_t[(zz, b_)] = now
+        for zz in np.unique(zr).tolist():
+            m = zr == zz
+            u, w_, t_ = self._zone_arrays(qi, zz)
+            u[br[m]] = k0[r][m] + lr[m]            # a region is kept at most once (see above)
+            w_[br[m]] = self._hi_row
+            t_[br[m]] = self.now
         tot = int(lr.sum())
         self._stats["work"] += spent
         self._stats["probes"] += int(r.shape[0])
@@ -496,7 +511,7 @@ class PTSelection:
                 b, frac = self._q_buckets[qi]
                 cnt = self.counts(cur)[b]
                 upto = self._upto[qi]
-                done = np.array([upto.get((cur, bb), 0) for bb in b.tolist()], np.int64)
+                done = upto[cur][b] if cur in upto else 0
                 rem = cnt - done
                 ok = np.flatnonzero(rem > 0)
                 complete = True
