@@ -268,7 +268,8 @@ class Engine:
             mapped = promising_single_plan(plan, self.catalog, self.seed, BENCH_UNITS_PER_SECOND,
                                            selection_pool=self._selection_pool if (
                                                self.runtime["share_plans"] and self.scheduler is None
-                                               and not self._explaining) else None)
+                                               and not self._explaining) else None,
+                                           index_for=self._index_for if self.runtime["share_indexes"] else None)
             if mapped is not None:
                 return mapped
             from ..planner.promising_single import SINGLE_UNSUPPORTED
