@@ -324,3 +324,26 @@ def test_estimate_endpoint_unchanged_by_the_layer():
     want = estimate(plain, "sk", vals, 20.0, 40.0)
     assert got["estimates"] == want["estimates"]
     assert ix.to_bytes() == plain.to_bytes()
+
+
+def test_checkpoint_keeps_the_layer_shared_with_its_operators():
+    from sketchql.engine.checkpoint import dumps, loads
+    ts, k, v = _data()
+    sqls = [_sel(10, 60, 100000), _agg("SUM", 20, 90, 100000)]
+    eng = Engine(seed=1)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
+    qs = [eng.register(s) for s in sqls]
+    parts = np.array_split(np.arange(len(ts)), 12)
+    for part in parts[:6]:
+        eng.push("S", {"ts": ts[part], "k": k[part], "v": v[part]})
+    eng2 = loads(dumps(eng))
+    ix = [d for d in eng2.catalog.summaries if d.name.startswith("_auto_")][0].index["k"]
+    layer = next(iter(ix._value_layers.values()))
+    q2 = eng2.queries
+    assert all(n.op.op.layer is layer for q in q2 for n in q.plan.nodes if n.kind in ("pt_select", "pt_aggregate"))
+    for part in parts[6:]:
+        eng2.push("S", {"ts": ts[part], "k": k[part], "v": v[part]})
+        now = ts[part[-1]]
+        w = (ts > now - W) & (ts <= now)
+        assert sorted(q2[0].snapshot()["v"].tolist()) == sorted(v[w & (k >= 10) & (k <= 60)].tolist())
+        assert q2[1].snapshot()["a"].iloc[0] == pytest.approx(v[w & (k >= 20) & (k <= 90)].sum(), rel=1e-9)

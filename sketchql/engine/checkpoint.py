@@ -60,6 +60,9 @@ def _pickler_class():
         def reducer_override(self, obj):
             cls = type(obj)
             if cls is StreamIndex:
+                if getattr(obj, "_value_layers", None):   # with the value layers its PT operators read
+                    from ..index.value_layer import restore_index
+                    return (restore_index, (obj.to_bytes(), obj._value_layers))
                 return (StreamIndex.from_bytes, (obj.to_bytes(),))
             if _forwards_attributes(cls) and isinstance(getattr(obj, "__dict__", None), dict):
                 return (cls.__new__, (cls,), dict(obj.__dict__), None, None, _set_dict)

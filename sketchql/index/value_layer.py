@@ -369,6 +369,15 @@ def feed_layers(index, keys, ts, rids, rejected_positions=None, columns=None) ->
         L.ingest(keys, ts, rids, columns)
 
 
+def restore_index(data: bytes, layers: dict):
+    """A StreamIndex from ``to_bytes`` with its value layers attached again (checkpoints: the
+    layers are pickled with the operators that read them, so both keep the same objects)."""
+    from .stream_index import StreamIndex
+    ix = StreamIndex.from_bytes(data)
+    ix._value_layers = layers
+    return ix
+
+
 def advance_layers(index, now: float) -> None:
     for L in getattr(index, "_value_layers", {}).values():
         L.advance(float(now))
