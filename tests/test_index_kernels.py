@@ -350,3 +350,23 @@ def test_refresh_gran_equals_f2_nodes_and_pyramid_ranges(d):
     assert np.array_equal(F2, want) and np.array_equal(g._f2, want)
     assert np.array_equal(g.rownorm, h.rownorm)
     assert not g._norm_dirty.any() and not g._f2_stale.any()
+
+
+def test_hot_cells_cell_ordered_copy():
+    """The hot zone's cells are read through the linked arena (few probes) or through its cell-ordered
+    copy (a batch that would walk the lists more than twice the arena): same matches, same order, also
+    after the arena grew (the copy is rebuilt) and when the copy is reused."""
+    decl = SummaryDeclaration("s", "S", "a", granularity=1000.0, rate=2, depth=2)
+    ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+    rng = np.random.default_rng(4)
+    used = []
+    for step in range(4):
+        t0 = 10.0 * step
+        ix.ingest(rng.integers(0, 6, 300), np.sort(rng.uniform(t0, t0 + 10.0, 300)))
+        for keys in (np.array([2]), rng.integers(0, 7, 40)):      # linked walk / cell-ordered copy
+            for _ in range(2):                                     # the second call reuses the copy
+                lo, hi = np.full(len(keys), t0 - 15.0), np.full(len(keys), t0 + 10.0)
+                assert_same(ix.probe_many(keys, lo, hi, with_regions=True), reference(ix, keys, lo, hi), "T4")
+                used.append(int(ix._kview.hot.cn[0]))
+    hot_n = ix._kview.hot.n
+    assert used[-1] == hot_n and -1 in used[:1]          # first call: linked walk; 40 probes: the copy

@@ -159,7 +159,7 @@ def _median5(a, b, c, d, e):
 @numba.njit(cache=True)
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
-                Vc, Tc, Rc, hot_k, HV, HT, HR, hnext, hhead,
+                Vc, Tc, Rc, hot_k, HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart, hcn,
                 rp, rk, rest, mp, mreg, mv, mt, mr):
     """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
 
@@ -168,6 +168,13 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     b], 0) / wcols))``; the cells of the hot leaf ``hot_k`` are the
     per-bucket linked lists of the arena (``hhead``, ``hnext``; length
     ``clen``), the others the CSR ``cstart``/``clen`` into ``Vc``/``Tc``/``Rc``.
+    When the batch would walk the hot lists more than twice the arena's
+    size in total, the arena is first laid out in cell order into the
+    scratch ``hcV``/``hcT``/``hcR`` (``hcstart`` per bucket; ``hcn[0]`` = the
+    arena size that copy reflects, so later calls reuse it while the arena
+    did not grow) and the hot cells are read sequentially like the cold ones:
+    a linked walk is a chain of dependent loads, ~4 cache misses per tuple
+    once the hot zone outgrows the cache (same tuples, same order).
     Fills regions (``rp`` probe, ``rk`` node, ``rest`` raw estimate) and
     matches (``mp`` probe, ``mreg`` region row, ``mv``/``mt``/``mr`` value,
     ts, row id).  Returns (n_regions, n_matches, visited, flat, work);
@@ -187,6 +194,22 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
+    use_hc = False                                   # hot cells from the cell-ordered copy
+    if hot_k >= 0:
+        hn = 0
+        for b in range(B):
+            hn += clen[hot_k * B + b]
+        if hcV.shape[0] >= hn:
+            if hcn[0] == hn:
+                use_hc = True
+            else:
+                walk = 0
+                for p in range(P):
+                    walk += clen[hot_k * B + (bucket[p] if sketch else 0)]
+                if walk > 2 * hn:
+                    arena_cells(HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart)
+                    hcn[0] = hn
+                    use_hc = True
     nr = 0
     nm = 0
     visited = 0
@@ -239,7 +262,20 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 c = k * B + b
                 n = clen[c]
                 work += n
-                if k == hot_k:
+                if k == hot_k and use_hc:
+                    s = hcstart[b]
+                    for j in range(s, s + n):
+                        if hcV[j] == key:
+                            t = hcT[j]
+                            if t > a and t <= e:
+                                if nm < cap_m:
+                                    mp[nm] = p
+                                    mreg[nm] = nr
+                                    mv[nm] = hcV[j]
+                                    mt[nm] = t
+                                    mr[nm] = hcR[j]
+                                nm += 1
+                elif k == hot_k:
                     j = hhead[b]
                     while j >= 0:
                         if HV[j] == key:
@@ -268,6 +304,23 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                                 nm += 1
                 nr += 1
     return nr, nm, visited, flat, work
+
+
+@numba.njit(cache=True)
+def arena_cells(V, T, R, nxt, head, oV, oT, oR, start):
+    """A per-bucket linked arena laid out in cell order (bucket, then arrival) into ``oV``/``oT``/``oR``;
+    ``start[b]`` = position of cell b's first tuple.  Returns the number of tuples."""
+    k = 0
+    for b in range(head.shape[0]):
+        start[b] = k
+        j = head[b]
+        while j >= 0:
+            oV[k] = V[j]
+            oT[k] = T[j]
+            oR[k] = R[j]
+            k += 1
+            j = nxt[j]
+    return k
 
 
 @numba.njit(cache=True)
@@ -453,9 +506,10 @@ class BufferPool:
     forgets it and allocates another).  Small results (or results that would
     pin a buffer more than 4x their size) are copied as before.
 
-    Before a call the set is grown to ~1.25x the matches the last call
-    produced per probe (so a growing stream does not re-run the kernel on
-    overflow; the kernel still retries with larger arrays when it does).
+    Before a call the set is grown to 1.5x the matches the last call
+    produced per probe (so a stream whose output per call varies does not
+    re-run the kernel on overflow, nor page-fault fresh arrays at every new
+    maximum; the kernel still retries with larger arrays when it overflows).
 
     >>> import numpy as np
     >>> pool = BufferPool(np.int64)
@@ -489,9 +543,9 @@ class BufferPool:
                 self.sets.pop(0)            # held by a result: it is the result's now
             b = ProbeBuffers(vdtype=self.vdtype)
             self.sets.append(b)
-        need = int(1.25 * P * self.rate)
+        need = int(1.5 * P * self.rate)
         if need > len(b.mp):
-            b.alloc(len(b.rp), _cap(need))
+            b.alloc(len(b.rp), need)
         return b
 
     def take(self, b: ProbeBuffers, nm: int, P: int = 0, fields=("mp", "mv", "mt", "mr", "mreg"),
@@ -657,7 +711,8 @@ def warm_up() -> None:
             probe_k(ProbeBuffers(1, 1, V.dtype), 0.5, 1.0, V, np.zeros(0, dtype=np.uint64), z,
                     np.zeros((2, 1), dtype=np.int64), np.ones((2, 1), dtype=np.int64), f, f,
                     sk, z, np.zeros((1, 1)), 1.0, 1, 1, f, f, z - 1, np.ones(1, dtype=np.bool_),
-                    np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z, z - 1)
+                    np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z, z - 1,
+                    V, f, z, z, z - 1)
         scan_window(V, f, V, f, f)
         scan_k(ProbeBuffers(1, 1, V.dtype), V, f, z, V, f, f)
     pyramid_ranges(f, f, f.copy(), f.copy())

@@ -29,14 +29,18 @@ maintenance is a handful of array writes:
   zones leave garbage that is compacted away once it exceeds the live part.
 - **hot zone** (the zone of G1 that received the latest append): an arena
   in arrival order with one linked list per bucket (``hhead``/``hnext``), so
-  the cells keep their order (bucket, then arrival) without re-sorting.
+  the cells keep their order (bucket, then arrival) without re-sorting.  A
+  probe batch that would walk those lists for more than twice the arena's
+  size lays the arena out in cell order first (scratch arrays of the arena,
+  reused until it grows; see :func:`~sketchql.index.kernels.probe_kview`).
   :meth:`KernelView.on_append` extends it *at ingest time* (one compiled
   call per appended run, counted in t_ins); if it ever disagrees with the
   zone (size mismatch after a merge, late tuples, a new hot zone) it is
   rebuilt from the zone at the next refresh.
 
 Memory: the arena duplicates the hot zone's tuples (plus one int64 link per
-tuple); the CSR holds at most twice the live cold tuples.  Values are kept
+tuple, and room for the cell-ordered copy: the hot zone's tuples again);
+the CSR holds at most twice the live cold tuples.  Values are kept
 in their stored dtype; the compiled path is used for int64 and float64
 stored values (other dtypes and strings use the numpy path).
 """
@@ -76,6 +80,16 @@ class HotArena:
         self.head = np.full(B, -1, dtype=np.int64)
         self.tail = np.full(B, -1, dtype=np.int64)
         self.count = np.zeros(B, dtype=np.int64)
+        self._scratch(cap)
+
+    def _scratch(self, cap: int) -> None:
+        """Room for the cell-ordered copy the probe kernel makes (``cV``/``cT``/``cR``, ``cstart``;
+        ``cn[0]`` = arena size it reflects, -1: none)."""
+        self.cV = np.empty(cap, dtype=self.V.dtype)
+        self.cT = np.empty(cap)
+        self.cR = np.empty(cap, dtype=np.int64)
+        self.cstart = np.zeros(self.B, dtype=np.int64)
+        self.cn = np.full(1, -1, dtype=np.int64)
 
     def append(self, v, t, r, b) -> None:
         k = len(r)
@@ -86,6 +100,7 @@ class HotArena:
                 new = np.empty(cap, dtype=old.dtype)
                 new[:self.n] = old[:self.n]
                 setattr(self, name, new)
+            self._scratch(cap)
         c = np.ascontiguousarray
         self.n = kernels.arena_append(self.V, self.T, self.R, self.next, self.head, self.tail, self.count,
                                       self.n, c(v), c(t), c(r), c(b))
@@ -161,7 +176,8 @@ class KernelView:
     def nbytes(self) -> int:
         """Memory of the view (a cache: the CSR copy of the cold tuples, the hot arena, node arrays)."""
         arrays = (self.Vc, self.Tc, self.Rc, self.cstart, self.clen, self.F2, self.lo, self.hi, self.parent)
-        hot = sum(a.nbytes for a in (self.hot.V, self.hot.T, self.hot.R, self.hot.next)) if self.hot else 0
+        hot = sum(a.nbytes for a in (self.hot.V, self.hot.T, self.hot.R, self.hot.next, self.hot.cV, self.hot.cT,
+                                     self.hot.cR)) if self.hot else 0
         return sum(a.nbytes for a in arrays) + hot
 
     def fits(self, ix) -> bool:
@@ -311,7 +327,7 @@ class KernelView:
             store = np.zeros(1, dtype=np.int64)
         self.args = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
                      self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
-                     self.hot_k, h.V, h.T, h.R, h.next, h.head)
+                     self.hot_k, h.V, h.T, h.R, h.next, h.head, h.cV, h.cT, h.cR, h.cstart, h.cn)
 
     def _garbage(self, ix) -> bool:
         if self.nc > 2 * self.live_cold + 4096:               # garbage of dropped zones: rebuild the CSR
