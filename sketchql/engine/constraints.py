@@ -11,6 +11,22 @@ checked against the data (``engine.constraints.report()``), and
 :class:`sketchql.operators.kconstraint.KConstraintJoin` with the declared
 constraints mapped onto its two sides.
 
+**SQL** (the paper's "constraint specifications at stream-registration time")::
+
+    CREATE STREAM F (oid INT, q INT) TIMESTAMP ts
+        CONSTRAINT CLUSTERED (oid) K 1
+        CONSTRAINT REFERENTIAL (oid) REFERENCES O (id) K 0;
+    ALTER STREAM F ADD CONSTRAINT ORDERED (q) K 3;
+
+(``K`` defaults to 0.)  An ordinary join of two streams over UNBOUNDED windows
+on one equality ``A.x = B.y`` whose sides carry declared constraints is then
+planned with the constraint-aware join (:meth:`ConstraintRegistry.plan`: a
+``kc_join`` node running :class:`~sketchql.operators.kconstraint.KConstraintJoinOp`,
+EXPLAIN names the constraints): the same output as the exact join, smaller
+synopses while the constraints hold, and on a violation the set-aside tuples
+come back (reported in the node's and the registry's stats).  RANGE / ROWS
+windows, several equalities or non-integer keys keep the exact join.
+
 >>> from sketchql.engine import Engine
 >>> eng = Engine()
 >>> eng.execute("CREATE STREAM O (id INT) TIMESTAMP ts; CREATE STREAM F (oid INT) TIMESTAMP ts")
@@ -30,8 +46,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import SketchQLError
-from ..operators.kconstraint import KINDS, Constraint, KConstraintJoin, measure_clustered, measure_ordered
+from ..errors import SketchQLError, SketchQLSemanticError
+from ..operators.kconstraint import (KINDS, Constraint, KConstraintJoin, KConstraintJoinOp, measure_clustered,
+                                    measure_ordered)
 
 __all__ = ["StreamConstraint", "ConstraintRegistry"]
 
@@ -120,3 +137,80 @@ class ConstraintRegistry:
 
     def join(self, a, attr_a, b, attr_b, spill: bool = True) -> KConstraintJoin:
         return KConstraintJoin(self.for_join(a, attr_a, b, attr_b), spill=spill)
+
+    # -- SQL ---------------------------------------------------------------------------
+    def declare_sql(self, stream: str, d, pos=(None, None)) -> StreamConstraint:
+        """``CONSTRAINT ...`` of ``CREATE STREAM`` / ``ALTER STREAM ... ADD`` (an AST
+        :class:`~sketchql.planner.ast.StreamConstraintDef`); errors say what and where."""
+        where = getattr(d, "pos", None) or pos
+        h = self.engine._streams.get(stream.lower())
+        if h is None:
+            raise SketchQLSemanticError(f"unknown stream {stream!r} in a CONSTRAINT clause", *where, token=stream)
+        if not (isinstance(d.k, int) and d.k >= 0):
+            raise SketchQLSemanticError(f"CONSTRAINT {d.kind.upper()} ({d.attr}): K must be an integer >= 0, "
+                                        f"got {d.k!r}", *where)
+        if (d.kind == "referential") != (d.parent_stream is not None):
+            raise SketchQLSemanticError("CONSTRAINT REFERENTIAL (a) needs REFERENCES stream (b); CLUSTERED and "
+                                        "ORDERED take no REFERENCES", *where)
+        for sname, attr in ((stream, d.attr),) + (((d.parent_stream, d.parent_attr),) if d.parent_stream else ()):
+            ph = self.engine._streams.get(sname.lower())
+            if ph is None:
+                raise SketchQLSemanticError(f"CONSTRAINT: unknown stream {sname!r}", *where, token=sname)
+            col = ph.schema.column(attr)
+            if col is None:
+                raise SketchQLSemanticError(f"CONSTRAINT: stream {ph.schema.name} has no column {attr!r}", *where,
+                                            token=attr)
+            if ph.schema.columns[col] not in ("int", "bool"):
+                raise SketchQLSemanticError(f"CONSTRAINT: {ph.schema.name}.{col} is {ph.schema.columns[col]}; "
+                                            "k-constraints are on INT columns", *where, token=attr)
+        parent = (d.parent_stream, d.parent_attr) if d.parent_stream else None
+        return self.declare(d.kind, stream, d.attr, int(d.k), parent)
+
+    def plan(self, plan):
+        """Plan the joins of ``plan`` that declared constraints apply to with the constraint-aware
+        join (module doc); returns ``plan`` (changed in place when one applies)."""
+        if not self.items or plan.engine != "exact":
+            return plan
+        bq = plan.bound
+        for node in plan.root.walk():
+            if node.kind != "join" or len(node.children) != 2:
+                continue
+            conds = node.params["conditions"]
+            scans = node.children
+            if len(conds) != 1 or any(c.kind != "scan" for c in scans):
+                continue
+            srcs = [bq.sources[c.source] for c in scans]
+            if any(s.schema.is_table for s in srcs) or any(not _unbounded(c) for c in scans):
+                continue
+            (i, ci), (j, cj) = conds[0]
+            keys = (ci, cj) if i == 0 else (cj, ci)
+            if any(srcs[s].schema.columns.get(keys[s]) not in ("int", "bool") for s in (0, 1)):
+                continue
+            names = [s.schema.name for s in srcs]
+            cons = self.for_join(names[0], keys[0], names[1], keys[1])
+            if not cons:
+                continue
+            aliases = node.params.get("aliases", names)
+            desc = "; ".join(_describe(c, aliases, keys) for c in cons)
+            node.kind = "kc_join"
+            node.label = (f"KConstraintJoin ON {aliases[0]}.{keys[0]} = {aliases[1]}.{keys[1]} "
+                          f"[{desc}]")
+            node.structure = ("k-constraint synopses: tuples that can no longer join are set aside "
+                              "(kept for a violation, which brings them back)")
+            node.params["constraints"] = [(c.kind, c.stream, c.child, c.parent, c.k) for c in cons]
+            node.op = KConstraintJoinOp(cons, keys, tuple(node.params["prefixes"]))
+            plan.engine_reason += f"; k-constraint-aware join ({desc})"
+        return plan
+
+
+def _unbounded(scan) -> bool:
+    w = scan.params.get("window")
+    return (w is not None and w.kind not in ("range", "rows", "partition", "now")
+            and w.start_at is None and w.end_at is None
+            and scan.params.get("sample") in (None, 1.0) and scan.params.get("sampler") is None)
+
+
+def _describe(c: Constraint, aliases, keys) -> str:
+    if c.kind == "referential":
+        return f"referential {aliases[c.child]}.{keys[c.child]} -> {aliases[c.parent]}.{keys[c.parent]} k={c.k}"
+    return f"{c.kind} {aliases[c.stream]}.{keys[c.stream]} k={c.k}"

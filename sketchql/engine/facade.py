@@ -79,6 +79,11 @@ class Engine:
                 if not slack >= 0:
                     raise SketchQLSemanticError(f"SLACK must be >= 0 seconds, got {slack:g}", *s.pos)
                 self._streams[s.name.lower()].set_knob("slack", float(slack))
+            for c in getattr(s, "constraints", ()):  # CONSTRAINT CLUSTERED|ORDERED|REFERENTIAL ... (k-constraints)
+                self.constraints.declare_sql(s.name, c, s.pos)
+            return None
+        if isinstance(s, A.AlterStream):          # ALTER STREAM s ADD CONSTRAINT ...
+            self.constraints.declare_sql(s.name, s.constraint, s.pos)
             return None
         if isinstance(s, A.CreateTable):
             return self._create_relation(s.name, s.columns, None, True, s.pos)
@@ -180,7 +185,7 @@ class Engine:
         """
         plan = self._plan(q)
         if plan.engine != "promising":
-            return plan
+            return self.constraints.plan(plan)    # joins of constrained streams: k-constraint-aware
         if not explain:
             return self._promising(plan)
         try:

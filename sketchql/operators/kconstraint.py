@@ -53,7 +53,7 @@ import numpy as np
 
 from ..errors import SketchQLError
 
-__all__ = ["Constraint", "KConstraintJoin", "measure_clustered", "measure_ordered"]
+__all__ = ["Constraint", "KConstraintJoin", "KConstraintJoinOp", "measure_clustered", "measure_ordered"]
 
 KINDS = ("clustered", "ordered", "referential")
 
@@ -328,3 +328,125 @@ class KConstraintJoin:
                 "peak_synopsis_rows": self.peak_synopsis, "pairs_out": self.pairs_out,
                 "violations": list(self.violations), "possibly_missed": self.possibly_missed,
                 "active": [c.kind for c in self.constraints if c.active]}
+
+
+class KConstraintJoinOp:
+    """The exact-operator protocol around :class:`KConstraintJoin`: the planner's
+    equi-join of two append-only (UNBOUNDED window) stream scans, ``step(now,
+    in_a, in_b) -> Changes``, with the columns, ``at``, ``ts`` and rids of the
+    exact :class:`~sketchql.operators.exact.SymmetricHashJoin` -- a pair is
+    emitted once, when its later member arrives (``at = max`` of the members'
+    ``at``, ``ts = max`` of their ts, ``rid = mix_rids(rid_a, rid_b)``), columns
+    ``prefixes[i] + col``.  The two inputs of a step are interleaved in time
+    order (``at``, then side 0 first) and pushed into the constraint-aware join
+    run by run (one vectorized push per run of one side).  Each side keeps the
+    columns of the tuples still in its synopsis or its spill (what a violation
+    may bring back); the rest are freed with them.
+
+    >>> import numpy as np
+    >>> from sketchql.operators.changes import Batch, Changes
+    >>> op = KConstraintJoinOp([Constraint("referential", child=1, parent=0, k=0)], ("id", "oid"), ("O.", "F."))
+    >>> o = Batch({"id": np.array([1, 2])}, ts=np.array([1.0, 2.0]))
+    >>> f = Batch({"oid": np.array([1])}, ts=np.array([3.0]))
+    >>> _ = op.step(2.0, Changes.inserts(o, o.ts, [0, 1]), None)
+    >>> out = op.step(3.0, None, Changes.inserts(f, f.ts, [0]))
+    >>> out.columns["O.id"].tolist(), out.columns["F.oid"].tolist(), out.at.tolist(), op.synopsis_rows()
+    ([1], [1], [3.0], (2, 0))
+    """
+
+    def __init__(self, constraints, keys, prefixes=("", ""), spill: bool = True):
+        self.join = KConstraintJoin(constraints, spill=spill)
+        self.keys = tuple(keys)
+        self.prefixes = tuple(prefixes)
+        # per side: the kept tuples' rids (ascending), at, ts and columns
+        self._rid = [np.zeros(0, np.int64), np.zeros(0, np.int64)]
+        self._at = [np.zeros(0), np.zeros(0)]
+        self._ts = [np.zeros(0), np.zeros(0)]
+        self._cols: list = [None, None]
+
+    @property
+    def constraints(self):
+        return self.join.constraints
+
+    def synopsis_rows(self) -> tuple:
+        return self.join.synopsis_rows()
+
+    def state_size(self) -> int:
+        """Rows kept to probe (the synopses), as the exact operators report it."""
+        return int(sum(self.join.synopsis_rows()))
+
+    def stored_rows(self) -> tuple:
+        """Rows whose columns are kept per side (synopsis + spill)."""
+        return tuple(int(r.shape[0]) for r in self._rid)
+
+    def stats(self) -> dict:
+        return dict(self.join.stats(), stored_rows=self.stored_rows())
+
+    def _append(self, side: int, ch) -> None:
+        rows = ch.rows
+        self._rid[side] = np.concatenate([self._rid[side], np.asarray(ch.rid, np.int64)])
+        self._at[side] = np.concatenate([self._at[side], np.asarray(ch.at, np.float64)])
+        self._ts[side] = np.concatenate([self._ts[side], np.asarray(rows.ts, np.float64)])
+        cur = self._cols[side]
+        self._cols[side] = dict(rows.columns) if cur is None else {
+            c: np.concatenate([cur[c], rows.columns[c]]) for c in cur}
+
+    def _names(self):
+        return [self.prefixes[s] + c for s in (0, 1) for c in (self._cols[s] or {})]
+
+    def step(self, now, in_a=None, in_b=None):
+        from .changes import Batch, Changes, mix_rids
+
+        runs = []
+        for side, ch in enumerate((in_a, in_b)):
+            if ch is None or not len(ch):
+                continue
+            if (np.asarray(ch.sign) < 0).any():
+                raise SketchQLError("constraint-aware join: its inputs must be append-only "
+                                    "(UNBOUNDED windows); got a retraction")
+            key = ch.rows.columns.get(self.keys[side])
+            if key is None:
+                raise SketchQLError(f"constraint-aware join: input {side} has no column {self.keys[side]!r}")
+            self._append(side, ch)
+            runs.append((np.asarray(ch.at, np.float64), np.full(len(ch), side, np.int8),
+                         np.asarray(key).astype(np.int64), np.asarray(ch.rid, np.int64)))
+        if not runs:
+            return Changes.empty(self._names()) if all(c is not None for c in self._cols) else None
+        at = np.concatenate([r[0] for r in runs])
+        side = np.concatenate([r[1] for r in runs])
+        key = np.concatenate([r[2] for r in runs])
+        rid = np.concatenate([r[3] for r in runs])
+        o = np.lexsort((side, at))
+        side, key, rid = side[o], key[o], rid[o]
+        cuts = np.flatnonzero(np.r_[True, side[1:] != side[:-1], True])
+        ra, rb = [], []
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):   # one push per run of one side
+            pa, pb = self.join.push(int(side[a]), key[a:b], rid[a:b])
+            ra.append(pa)
+            rb.append(pb)
+        ra, rb = np.concatenate(ra), np.concatenate(rb)
+        out = None
+        if ra.shape[0] and all(c is not None for c in self._cols):
+            ia = np.searchsorted(self._rid[0], ra)
+            ib = np.searchsorted(self._rid[1], rb)
+            cols = {}
+            for s, ix in ((0, ia), (1, ib)):
+                for c, v in self._cols[s].items():
+                    cols[self.prefixes[s] + c] = v[ix]
+            out = Changes(Batch(cols, ts=np.maximum(self._ts[0][ia], self._ts[1][ib])),
+                          np.ones(ra.shape[0], np.int8), np.maximum(self._at[0][ia], self._at[1][ib]),
+                          mix_rids(ra, rb))
+        self._free()
+        if out is None:
+            return Changes.empty(self._names()) if all(c is not None for c in self._cols) else None
+        return out
+
+    def _free(self) -> None:
+        """Drop the columns of tuples that left both the synopsis and the spill."""
+        for s in (0, 1):
+            sd = self.join.sides[s]
+            keep = np.isin(self._rid[s], np.concatenate([sd.rids, sd.sp_rids]))
+            if not keep.all():
+                self._rid[s], self._at[s], self._ts[s] = self._rid[s][keep], self._at[s][keep], self._ts[s][keep]
+                if self._cols[s] is not None:
+                    self._cols[s] = {c: v[keep] for c, v in self._cols[s].items()}

@@ -301,6 +301,26 @@ class CreateStream:
     columns: list
     timestamp: Optional[str] = None
     slack: Optional[float] = None       # SLACK d: seconds of out-of-order input accepted (engine.ordering)
+    constraints: list = field(default_factory=list)   # StreamConstraintDef (k-constraints, engine.constraints)
+    pos: Pos = field(default=(None, None), compare=False, repr=False)
+
+
+@dataclass
+class StreamConstraintDef:
+    """``CONSTRAINT CLUSTERED|ORDERED|REFERENTIAL (attr) [REFERENCES stream (attr)] [K k]``."""
+    kind: str
+    attr: str
+    k: object = 0
+    parent_stream: Optional[str] = None
+    parent_attr: Optional[str] = None
+    pos: Pos = field(default=(None, None), compare=False, repr=False)
+
+
+@dataclass
+class AlterStream:
+    """``ALTER STREAM name ADD CONSTRAINT ...``."""
+    name: str
+    constraint: StreamConstraintDef
     pos: Pos = field(default=(None, None), compare=False, repr=False)
 
 

@@ -17,6 +17,7 @@ start: statement (";" statement)* ";"?
 ?statement: create_stream
           | create_table
           | create_summary
+          | alter_stream
           | drop_stmt
           | explain_stmt
           | query
@@ -24,8 +25,17 @@ start: statement (";" statement)* ";"?
 explain_stmt: "EXPLAIN"i query
 
 // ---------------------------------------------------------------- DDL
-create_stream: "CREATE"i "STREAM"i name "(" coldef ("," coldef)* ")" ts_clause? slack_clause?
+create_stream: "CREATE"i "STREAM"i name "(" coldef ("," coldef)* ")" ts_clause? slack_clause? stream_constraint*
 slack_clause: "SLACK"i duration
+// k-constraints (STREAM CIDR 2003 section 4.1), declared at stream-registration time or added later:
+// CLUSTERED (a) K k: between two tuples with the same a at most k tuples with another a;
+// ORDERED (a) K k: a is nondecreasing up to k positions; REFERENTIAL (a) REFERENCES S (b) K k:
+// each tuple's parent (the one S tuple with b = a) arrives before it or at most k S tuples after it
+alter_stream: "ALTER"i "STREAM"i name "ADD"i stream_constraint
+stream_constraint: "CONSTRAINT"i CONSTRAINT_KIND "(" name ")" references? adherence?
+references: "REFERENCES"i name "(" name ")"
+adherence: "K"i number
+CONSTRAINT_KIND.3: /(clustered|ordered|referential)(?![A-Za-z0-9_])/i
 ts_clause: TIMESTAMP_KW name
 create_table: "CREATE"i ("TABLE"i | "RELATION"i) name "(" coldef ("," coldef)* ")"
 coldef: name type_name

@@ -534,7 +534,28 @@ class _ToAST(Transformer):
         cols = [c for c in ch if isinstance(c, A.ColumnDef)]
         ts = [c[1] for c in ch if isinstance(c, tuple) and c[0] == "ts"]
         slack = [c[1] for c in ch if isinstance(c, tuple) and c[0] == "slack"]
-        return A.CreateStream(nm.s, cols, ts[0] if ts else None, slack[0] if slack else None, pos=_pos(meta))
+        cons = [c for c in ch if isinstance(c, A.StreamConstraintDef)]
+        return A.CreateStream(nm.s, cols, ts[0] if ts else None, slack[0] if slack else None, cons, pos=_pos(meta))
+
+    def stream_constraint(self, meta, ch):
+        kind = str([c for c in ch if _is(c, "CONSTRAINT_KIND")][0]).lower()
+        attr = [c for c in ch if isinstance(c, _Name)][0]
+        ref = [c for c in ch if isinstance(c, tuple) and c[0] == "ref"]
+        k = [c for c in ch if isinstance(c, _Num)]
+        return A.StreamConstraintDef(kind, attr.s, k[0].v if k else 0, ref[0][1] if ref else None,
+                                     ref[0][2] if ref else None, pos=_pos(meta))
+
+    def references(self, meta, ch):
+        names = [c for c in ch if isinstance(c, _Name)]
+        return ("ref", names[0].s, names[1].s)
+
+    def adherence(self, meta, ch):
+        return [c for c in ch if isinstance(c, _Num)][0]
+
+    def alter_stream(self, meta, ch):
+        nm = [c for c in ch if isinstance(c, _Name)][0]
+        con = [c for c in ch if isinstance(c, A.StreamConstraintDef)][0]
+        return A.AlterStream(nm.s, con, pos=_pos(meta))
 
     def create_table(self, meta, ch):
         nm = [c for c in ch if isinstance(c, _Name)][0]
@@ -599,7 +620,8 @@ class _IfExists:
 _READABLE = {"$END": "end of input"}
 _NAMED = {"STREAM_OP": "ISTREAM/DSTREAM/RSTREAM", "PREF_KIND": "DESC/ASC/WEIGHTED",
           "MISS_ACTION": "RETURN/EXACT/FAIL", "DROP_KIND": "STREAM/TABLE/SUMMARY/QUERY",
-          "PROBES_KW": "PROBES", "EXACT_KW": "EXACT", "TIMESTAMP_KW": "TIMESTAMP"}
+          "PROBES_KW": "PROBES", "EXACT_KW": "EXACT", "TIMESTAMP_KW": "TIMESTAMP",
+          "CONSTRAINT_KIND": "CLUSTERED/ORDERED/REFERENTIAL"}
 
 
 def _readable(expected, parser) -> list[str]:
