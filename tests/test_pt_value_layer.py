@@ -240,6 +240,10 @@ def test_engine_declares_one_index_and_one_layer_for_every_query():
         assert node.op.op.layer is layer and node.op.index_nbytes() < 100     # one row-map run
         if node.kind == "pt_aggregate":
             assert node.op.state_size() == 0        # no tuples of its own (a selection keeps its results' rows)
+    # the plan view shows the shared layer and who shares it
+    view = qs[0].plan_view()
+    syn = [x for n in view["nodes"] for x in n["synopses"] if x["kind"] == "value layer"][0]
+    assert syn["shared"] and syn["bytes"] == layer.nbytes and syn["shared_with"] == sorted(q.id for q in qs[1:])
     # the summaries' control table reports the layer's memory
     t = [t for t in eng.controls.tables("summary") if t.name.startswith("_auto_S_k")][0]
     assert t.stats["value_layer_bytes"] == layer.nbytes > 0

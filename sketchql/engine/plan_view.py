@@ -80,6 +80,14 @@ def _node_view(engine, query, node, nid, task) -> dict:
                              "bytes": _bytes(ix) if ix is not None else 0,
                              "mapping_bytes": int(getattr(s, "mapping_nbytes", 0)),
                              "shared_with": users if shared else []})
+    layer = getattr(inner, "layer", None)         # PT selections / aggregates: their value layer
+    if layer is not None and hasattr(inner, "index_nbytes"):
+        users = sorted(q.id for q in engine.queries if q.id != query.id for m in q.plan.nodes
+                       if getattr(getattr(m.op, "op", None), "layer", None) is layer) if engine is not None else []
+        synopses.append({"kind": "value layer", "name": node.params.get("index", "value layer"),
+                         "shared": bool(inner.shared), "bytes": _bytes(layer),
+                         "mapping_bytes": int(inner.index_nbytes()) if inner.shared else 0,
+                         "shared_with": users})
     pq = getattr(inner, "queue", None)
     if pq is not None and hasattr(pq, "__len__"):
         queues.append({"kind": "priority queue", "name": f"{nid}.queue", "rows": int(len(pq))})

@@ -1,8 +1,11 @@
 """PRIVATE minimal region index (fallback adapter) -- not ``sketchql.index``.
 
 Written while ``sketchql.index.StreamIndex`` did not exist yet, and kept as a
-small, fast, fully deterministic region source for the promising-tuple
-operators (``source="mini"``).  It implements only what the operators need:
+small, fast, fully deterministic region source for PT-Join
+(``source="mini"``, :class:`.sources.MiniSource`).  PT-Selection and
+PT-Aggregates no longer use it: they read a value-ordered layer
+(:mod:`sketchql.index.value_layer`), private or the declared index's shared one.
+It implements only what the operators need:
 
 * fixed-length time zones (``zone_seconds``) x ``n_buckets`` value buckets
   (``bucket = hash64(value) mod n_buckets``, or equi-width value *ranges*

@@ -5,8 +5,9 @@ reach a stream's summaries.
   index: granularities, self-adjusting zones, pyramids, COLLAPSE) -- the
   default, and what the engine uses for a declared ``CREATE SUMMARY``;
 * :class:`MiniSource` wraps the private fixed-zone :class:`._miniindex.MiniIndex`
-  (fast, used when no declaration is given and by PT-Selection's value-range
-  buckets).
+  (fast, used when no declaration is given).  PT-Selection / PT-Aggregates read
+  the value layer of the declared index instead
+  (:mod:`sketchql.index.value_layer`: range predicates need value-ordered cells).
 
 Interface::
 
