@@ -162,3 +162,27 @@ def test_join_changes_match_brute_force_lifetimes():
                         exp.append((min(ea, eb, ec), -1, rid))
     assert len(exp) > 200
     assert sorted(exp) == sorted(zip(got.at.tolist(), got.sign.tolist(), got.rid.tolist()))
+
+
+def test_keydict_matches_a_dict_through_growth_and_compaction():
+    from sketchql.operators.exact._keys import KeyDict
+    rng = np.random.default_rng(0)
+    d, ref = KeyDict(), {}
+    for step in range(300):
+        fp = rng.integers(-50, 50, rng.integers(0, 40)) * 7919 ** (step % 3)   # poorly mixed keys
+        if step % 17 == 0:
+            fp = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 30, dtype=np.int64)
+        exp = []
+        for f in fp.tolist():
+            exp.append(ref.setdefault(f, len(ref)))            # codes in order of first appearance
+        assert d.codes(fp).tolist() == exp
+        q = rng.integers(-60, 60, 20)
+        assert d.lookup(q).tolist() == [ref.get(f, -1) for f in q.tolist()]
+        if step % 23 == 22:
+            keep = rng.random(len(d)) < 0.5
+            remap = d.compact(keep)
+            old = sorted(ref, key=ref.get)
+            ref = {f: i for i, f in enumerate(f for f in old if keep[ref[f]])}
+            assert [int(remap[c]) for c in range(len(keep)) if keep[c]] == list(range(int(keep.sum())))
+            assert len(d) == len(ref)
+    assert len(d) > 100

@@ -462,3 +462,186 @@ def join_emit(idx, s_, e_, nw, ev, off, start_all, end_all, rs_all, re_all, ts_a
             ts[j] = t
             rid[j] = z
     return comp, sign, at, ts, rid
+
+
+# -- holistic aggregates: merge of a step's (group, value) pairs into the sorted state ------------
+
+@numba.njit(cache=True)
+def pairs_merge(pg, pk, pf, pc, ng, nk, nf, o):
+    """Merge new (group, key) pairs into the sorted, duplicate-free state (one linear pass).
+
+    State: ``pg, pk`` sorted by (group, key), values ``pf``, counts ``pc``.  New pairs
+    ``ng, nk, nf`` in the order ``o`` (sorted by (group, key), stable).  Equal pairs are
+    merged (a state pair first, then the new ones in order; the first one's value is kept),
+    new pairs adding count 0.  Returns the merged (group, key, value, count) arrays and the
+    merged position of every new pair (by its index in ``ng``).
+    """
+    n_old = len(pg)
+    n_new = len(o)
+    cap = n_old + n_new
+    mg = np.empty(cap, np.int64)
+    mk = np.empty(cap, np.int64)
+    mf = np.empty(cap, np.float64)
+    mc = np.empty(cap, np.int64)
+    pos = np.empty(len(ng), np.int64)
+    i = 0
+    j = 0
+    m = 0
+    while i < n_old or j < n_new:
+        take_old = j >= n_new
+        if not take_old and i < n_old:
+            r = o[j]
+            take_old = pg[i] < ng[r] or (pg[i] == ng[r] and pk[i] <= nk[r])
+        if take_old:
+            g, k, f, c, src = pg[i], pk[i], pf[i], pc[i], -1
+            i += 1
+        else:
+            src = o[j]
+            g, k, f, c = ng[src], nk[src], nf[src], 0
+            j += 1
+        if m > 0 and mg[m - 1] == g and mk[m - 1] == k:
+            mc[m - 1] += c
+        else:
+            mg[m] = g
+            mk[m] = k
+            mf[m] = f
+            mc[m] = c
+            m += 1
+        if src >= 0:
+            pos[src] = m - 1
+    return mg[:m], mk[:m], mf[:m], mc[:m], pos
+
+
+@numba.njit(cache=True)
+def _bisect(a, x, right):
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x or (right and a[mid] == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def holistic_step(kind, q, g, key, fval, null, sign, last, pg, pk, pf, pc):
+    """One step of a holistic aggregate's sorted (group, value, count) state, compiled end to end.
+
+    The non-NULL changes' pairs (``g``, order ``key``, value ``fval``) are sorted by (group, key)
+    (a sort by key, then a counting sort by group) and merged into the state (:func:`pairs_merge`);
+    each change's group segment is found by binary search; :func:`holistic` runs the changes;
+    emptied pairs are dropped.  Returns (aggregate after every change flagged in ``last``,
+    rescans, the new state pg, pk, pf, pc, error flag: 1 if a value was retracted that is not
+    in its group).
+    """
+    n = len(g)
+    ok = np.empty(n, np.int64)
+    m = 0
+    for r in range(n):
+        if not null[r]:
+            ok[m] = r
+            m += 1
+    ok = ok[:m]
+    ng = g[ok]
+    nk = key[ok]
+    nf = fval[ok]
+    # sort by (group, key): by key, then a stable counting sort by group.  The first sort
+    # need not be stable: equal keys are equal values (the key is a bijection of the float
+    # bits; fingerprint keys carry no value), so the merged state is the same either way.
+    o1 = np.argsort(nk)
+    G = 0
+    for j in range(m):
+        if ng[j] < 0:
+            G = -1
+            break
+        G = max(G, ng[j] + 1)
+    if G < 0 or G > 4 * m + 4096:
+        o = o1[np.argsort(ng[o1], kind="mergesort")]
+    else:
+        cnt = np.zeros(G + 1, np.int64)
+        for j in range(m):
+            cnt[ng[j] + 1] += 1
+        for b in range(1, G + 1):
+            cnt[b] += cnt[b - 1]
+        o = np.empty(m, np.int64)
+        for j in range(m):
+            x = o1[j]
+            o[cnt[ng[x]]] = x
+            cnt[ng[x]] += 1
+    mg, mk, mf, mc, pos_ok = pairs_merge(pg, pk, pf, pc, ng, nk, nf, o)
+    pos = np.full(n, -1, np.int64)
+    for j in range(m):
+        pos[ok[j]] = pos_ok[j]
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    for r in range(n):
+        if r > 0 and g[r] == g[r - 1]:
+            lo[r] = lo[r - 1]
+            hi[r] = hi[r - 1]
+        else:
+            lo[r] = _bisect(mg, g[r], False)
+            hi[r] = _bisect(mg, g[r], True)
+    res, rescans = holistic(kind, q, g, pos, sign, last, lo, hi, mc, mf)
+    err = 0
+    k = 0
+    for p in range(len(mc)):
+        if mc[p] < 0:
+            err = 1
+        if mc[p] > 0:
+            mg[k] = mg[p]
+            mk[k] = mk[p]
+            mf[k] = mf[p]
+            mc[k] = mc[p]
+            k += 1
+    return res, rescans, mg[:k].copy(), mk[:k].copy(), mf[:k].copy(), mc[:k].copy(), err
+
+
+# -- KeyDict: fingerprint -> dense code, an open-addressing hash table --------------------------
+
+@numba.njit(cache=True)
+def _fp_slot(f, shift):
+    # Fibonacci hashing: the top bits of fp * φ (the fingerprints of small numbers are not mixed)
+    return np.int64((np.uint64(f) * _GOLDEN) >> shift)
+
+
+@numba.njit(cache=True)
+def keydict_build(fps, n, bits):
+    """A table of 2**bits slots (code, −1: empty) holding codes 0..n-1 of fingerprints ``fps``."""
+    table = np.full(1 << bits, -1, np.int64)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    for c in range(n):
+        s = _fp_slot(fps[c], shift)
+        while table[s] >= 0:
+            s = (s + 1) & mask
+        table[s] = c
+    return table
+
+
+@numba.njit(cache=True)
+def keydict_codes(fp, table, fps, n, bits, insert):
+    """Codes of fingerprints ``fp`` (linear probing); unknown ones get the next codes in order
+    of first appearance when ``insert`` (``fps`` must have room), else −1.  Returns (codes, n)."""
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    out = np.empty(len(fp), np.int64)
+    for i in range(len(fp)):
+        f = fp[i]
+        s = _fp_slot(f, shift)
+        while True:
+            c = table[s]
+            if c < 0:
+                if insert:
+                    table[s] = n
+                    fps[n] = f
+                    out[i] = n
+                    n += 1
+                else:
+                    out[i] = -1
+                break
+            if fps[c] == f:
+                out[i] = c
+                break
+            s = (s + 1) & mask
+    return out, n

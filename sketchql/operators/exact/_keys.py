@@ -129,8 +129,9 @@ class KeyDict:
     """Dense int64 codes for key fingerprints, kept across steps (no rebuild per step).
 
     ``codes(fp)`` returns one code per fingerprint, giving new fingerprints the next free codes
-    (in order of first appearance).  The known fingerprints are a sorted array searched with
-    ``searchsorted``; new ones are merged in (one linear merge per step that brings new keys).
+    (in order of first appearance).  The known fingerprints live in an open-addressing hash
+    table (linear probing, Fibonacci hashing, load <= 1/2) probed by one compiled loop per call
+    (:func:`~sketchql.operators.exact._kernels.keydict_codes`): O(1) per key, no sort.
 
     >>> d = KeyDict()
     >>> d.codes(np.array([7, 3, 7])).tolist(), d.codes(np.array([3, 9])).tolist(), len(d)
@@ -138,38 +139,42 @@ class KeyDict:
     """
 
     def __init__(self):
-        self._fp = np.empty(0, np.int64)       # sorted fingerprints
-        self._code = np.empty(0, np.int64)     # code of each sorted fingerprint
+        self._fps = np.empty(16, np.int64)     # fingerprint of each code (capacity >= n)
         self._n = 0
+        self._bits = 5
+        self._table = np.full(1 << self._bits, -1, np.int64)
 
     def __len__(self) -> int:
         return self._n
 
+    def _reserve(self, k: int):
+        need = self._n + k
+        if need > len(self._fps):
+            fps = np.empty(max(need, 2 * len(self._fps)), np.int64)
+            fps[:self._n] = self._fps[:self._n]
+            self._fps = fps
+        if 2 * need > len(self._table):
+            bits = self._bits
+            while (1 << bits) < 2 * need:
+                bits += 1
+            self._rebuild(bits)
+
+    def _rebuild(self, bits: int):
+        from ._kernels import keydict_build
+        self._bits = bits
+        self._table = keydict_build(self._fps, self._n, bits)
+
     def lookup(self, fp: np.ndarray) -> np.ndarray:
         """Codes of known fingerprints, −1 for unknown ones."""
-        fp = np.asarray(fp, np.int64)
-        if not len(self._fp):
-            return np.full(len(fp), -1, np.int64)
-        pos = np.searchsorted(self._fp, fp)
-        posc = np.minimum(pos, len(self._fp) - 1)
-        hit = self._fp[posc] == fp
-        return np.where(hit, self._code[posc], -1)
+        from ._kernels import keydict_codes
+        fp = np.ascontiguousarray(fp, np.int64)
+        return keydict_codes(fp, self._table, self._fps, self._n, self._bits, False)[0]
 
     def codes(self, fp: np.ndarray) -> np.ndarray:
-        fp = np.asarray(fp, np.int64)
-        c = self.lookup(fp)
-        unk = c < 0
-        if unk.any():
-            u, first = np.unique(fp[unk], return_index=True)
-            order = np.argsort(first, kind="stable")           # codes in order of first appearance
-            newcodes = np.empty(len(u), np.int64)
-            newcodes[order] = np.arange(self._n, self._n + len(u))
-            self._n += len(u)
-            allfp = np.concatenate([self._fp, u])
-            allc = np.concatenate([self._code, newcodes])
-            o = np.argsort(allfp, kind="stable")
-            self._fp, self._code = allfp[o], allc[o]
-            c = self.lookup(fp)
+        from ._kernels import keydict_codes
+        fp = np.ascontiguousarray(fp, np.int64)
+        self._reserve(len(fp))
+        c, self._n = keydict_codes(fp, self._table, self._fps, self._n, self._bits, True)
         return c
 
     def compact(self, keep: np.ndarray) -> np.ndarray:
@@ -180,7 +185,10 @@ class KeyDict:
         keep = np.asarray(keep, bool)
         remap = np.full(self._n, -1, np.int64)
         remap[keep] = np.arange(int(keep.sum()))
-        m = remap[self._code] >= 0
-        self._fp, self._code = self._fp[m], remap[self._code[m]]
-        self._n = int(keep.sum())
+        self._fps = np.ascontiguousarray(self._fps[:self._n][keep])
+        self._n = len(self._fps)
+        bits = 5
+        while (1 << bits) < 2 * self._n:
+            bits += 1
+        self._rebuild(bits)
         return remap

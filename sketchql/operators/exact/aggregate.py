@@ -288,18 +288,21 @@ class Aggregate(Operator):
         fill = np.maximum.accumulate(np.where(defined, np.arange(len(pts)), 0))
         cur_ff = cur[fill]                            # rid shown after each point
         before_rid = np.where(first_pt, self._rid[gp], np.roll(cur_ff, 1))
-        # outputs
-        gcols = {c: self._gkeys[c][gp] for c in self.group_by}
+        # outputs, built once in (at, sign) order: retractions first, then a stable sort on
+        # the time (the order np.lexsort((sign, at)) gives; no re-sort in Changes)
         im, ip = np.flatnonzero(emit_minus), np.flatnonzero(emit_plus)
-        names = [a.out_name for a in self.aggs]
-        rows_m = Batch({**{c: v[im] for c, v in gcols.items()},
-                        **{nm: ov[im] for nm, ov in zip(names, old_vals)}}, ts=at[pts][im])
-        rows_p = Batch({**{c: v[ip] for c, v in gcols.items()},
-                        **{nm: nv[ip] for nm, nv in zip(names, new_vals)}}, ts=at[pts][ip])
-        out = Changes(Batch.concat([rows_m, rows_p]),
-                      np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)]),
-                      np.concatenate([at[pts][im], at[pts][ip]]),
-                      np.concatenate([before_rid[im], new_ids[ip]]))
+        at_p = at[pts]
+        t_out = np.concatenate([at_p[im], at_p[ip]])
+        o_out = np.argsort(t_out, kind="stable")
+        t_out = t_out[o_out]
+        sel = np.concatenate([im, ip])[o_out]
+        cols = {c: self._gkeys[c][gp[sel]] for c in self.group_by}
+        for a, ov, nv in zip(self.aggs, old_vals, new_vals):
+            v = nv[ip] if not len(im) else (ov[im] if not len(ip) else np.concatenate([ov[im], nv[ip]]))
+            cols[a.out_name] = v[o_out]
+        sign_out = np.where(o_out < len(im), -1, 1).astype(np.int8)
+        out = Changes(Batch(cols, ts=t_out), sign_out, t_out,
+                      np.concatenate([before_rid[im], new_ids[ip]])[o_out], sort=False)
         # commit state: last point of each group
         lastpt = np.ones(len(pts), bool)
         if len(pts) > 1:

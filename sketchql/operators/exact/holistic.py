@@ -25,9 +25,10 @@ class SortedPairs:
 
     ``step(g, values, sign, last)`` takes a step's changes grouped by group (time order
     inside a group) and returns the aggregate after every change flagged in ``last``:
-    new pairs are merged in (one sort of the old and new pairs), each change's pair is
-    found by ``searchsorted``, and the per-change sequence runs in one compiled loop
-    (:func:`~sketchql.operators.exact._kernels.holistic`); empty pairs are dropped after
+    the new pairs are sorted and merged in by one linear merge that also gives each change
+    its pair, and the per-change sequence runs in one compiled loop
+    (:func:`~sketchql.operators.exact._kernels.holistic`) -- the whole step is one compiled
+    call, :func:`~sketchql.operators.exact._kernels.holistic_step`; empty pairs are dropped after
     the step, so the state is the window's distinct (group, value) pairs.
     QUANTILE is continuous (linear interpolation, like DuckDB's ``quantile_cont``).
 
@@ -63,36 +64,13 @@ class SortedPairs:
     def step(self, g, values, sign, last) -> np.ndarray:
         g = np.asarray(g, np.int64)
         key, fval, null = self._keys(values)
-        ok = ~null
-        # merge the step's pairs into the sorted state (count 0 for new ones)
-        ng, nk, nf = g[ok], key[ok], fval[ok]
-        allg = np.concatenate([self.pg, ng])
-        allk = np.concatenate([self.pk, nk])
-        allf = np.concatenate([self.pf, nf])
-        allc = np.concatenate([self.pc, np.zeros(len(ng), np.int64)])
-        o = np.lexsort((allk, allg))
-        allg, allk, allf, allc = allg[o], allk[o], allf[o], allc[o]
-        first = np.ones(len(allg), bool)
-        if len(allg) > 1:
-            first[1:] = (allg[1:] != allg[:-1]) | (allk[1:] != allk[:-1])
-        cid = np.cumsum(first) - 1
-        starts = np.flatnonzero(first)
-        pc = np.add.reduceat(allc, starts) if len(starts) else np.zeros(0, np.int64)
-        pg, pk, pf = allg[starts], allk[starts], allf[starts]
-        # the changes' pairs: where the sort put them (no search), and their groups' segments
-        inv = np.empty(len(o), np.int64)
-        inv[o] = np.arange(len(o))
-        pos = np.full(len(g), -1, np.int64)
-        pos[ok] = cid[inv[len(self.pg):]]
-        lo = np.searchsorted(pg, g, side="left")
-        hi = np.searchsorted(pg, g, side="right")
-        res, rs = K.holistic(self.kind, self.q, g, pos, np.asarray(sign, np.int64), np.asarray(last, bool),
-                             lo, hi, pc, pf)
+        res, rs, pg, pk, pf, pc, err = K.holistic_step(
+            self.kind, self.q, g, key, fval, null, np.asarray(sign, np.int64), np.asarray(last, bool),
+            self.pg, self.pk, self.pf, self.pc)
         self.rescans += int(rs)
-        if (pc < 0).any():
+        if err:
             raise SketchQLError("aggregate: retraction of a value that is not in the group")
-        keep = pc > 0
-        self.pg, self.pk, self.pf, self.pc = pg[keep], pk[keep], pf[keep], pc[keep]
+        self.pg, self.pk, self.pf, self.pc = pg, pk, pf, pc
         return res
 
     def remap(self, newidx: np.ndarray, keep_group: np.ndarray):
