@@ -302,7 +302,7 @@ def allocate(models: Sequence[QueryModel], weights: Sequence[float], memory: Opt
         sol = _solve([models[i] for i in pos], w[pos], mem_pos, cpu_pos, [lower[i] for i in pos], n_grid)
         if sol is None:          # nothing fits even at the lowest rates: everyone at the floor
             for i in pos:
-                knobs[i] = [b[0] for b in models[i].bounds()]
+                knobs[i] = list(models[i].floor())
             method = "floor (budget below the minimum)"
         else:
             xs, _, method = sol
@@ -316,7 +316,7 @@ def allocate(models: Sequence[QueryModel], weights: Sequence[float], memory: Opt
         sol = _solve([models[i] for i in zero], np.ones(len(zero)), left_m, left_c, [None] * len(zero), n_grid)
         for j, i in enumerate(zero):
             knobs[i] = ([float(v) for v in sol[0][j]] if sol is not None
-                        else [b[0] for b in models[i].bounds()])
+                        else list(models[i].floor()))
     res = [models[i].evaluate(knobs[i]) for i in range(n)]
     return Allocation(knobs, [r[0] for r in res], float(sum(r[1] for r in res)), float(sum(r[2] for r in res)),
                       float(sum(w[i] * res[i][0] for i in range(n))), infeasible, method)

@@ -79,6 +79,10 @@ class QueryModel:
         """The cheapest knobs meeting the query's contract (None: no contract)."""
         return None
 
+    def floor(self) -> list:
+        """The knobs used when even the lowest settings do not fit the budgets."""
+        return [b[0] for b in self.bounds()]
+
     def evaluate_grid(self, grid: np.ndarray):
         """Vectorized evaluate over rows of ``grid`` (K × dims) -> three arrays of K."""
         out = np.array([self.evaluate(row) for row in grid], dtype=np.float64)
@@ -159,6 +163,11 @@ class AggregateModel(QueryModel):
         eb = float(self._factor(np.array([pb]), np.array([1.0]), "bernoulli")[0])
         ev = float(self._factor(np.array([pv]), np.array([1.0]), "varopt")[0])
         return "varopt" if np.sqrt(max(ev, 0.0)) < 0.9 * np.sqrt(max(eb, 0.0)) else "bernoulli"
+
+    def floor(self) -> list:
+        """Lowest rate, whole window: when nothing fits, shrinking the window too only empties
+        the answer (a budget the floor overflows is reported, not met)."""
+        return [P_MIN] + ([1.0] if self.window_ok else [])
 
     def prefer_sampling(self, x) -> list:
         """Knobs with the same precision and no more memory, using sampling rather than window

@@ -75,6 +75,7 @@ class EngineAllocator:
                           "cpu_units_per_s": None, "per_query": {}, "replans": 0}
         self._prev_calib: dict = {}
         self._auto: dict = {}              # (query id, knob) -> the value the allocator last set
+        self._k_ref: dict = {}             # query id -> pooled error factor of well-sampled groups
         self.history: list = []
 
     # -- properties ---------------------------------------------------------------------
@@ -132,6 +133,7 @@ class EngineAllocator:
             # group rows at full rate over a full window (scale a partially filled window)
             fill = self._window_fill(qp)
             N = np.asarray(N) / max(fill, 1e-3) / max(keep, 1e-9) * keep
+            k = self._robust_k(qp, np.asarray(N, np.float64), np.asarray(k, np.float64))
             calib = qp.model.calib if isinstance(qp.model, AggregateModel) else 1.0
             ct = qp.contract
             osh = self._outlier_share(qp)
@@ -157,6 +159,24 @@ class EngineAllocator:
             return JoinRecallModel(rate_in=rate, memory_full=mem, b0=old.b0 if old else 50.0,
                                    observations=list(old.observations) if old else [])
         return None
+
+    #: fewest sampled rows of a group whose own error factor (its coefficient of variation) is used
+    THIN_ROWS = 20
+
+    def _robust_k(self, qp, N: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Error factors of groups with fewer than ``THIN_ROWS`` sampled rows are not trusted (one
+        sampled row has cv 0, which would predict a perfect answer): they get at least the
+        pooled factor of the well-sampled groups, or the last well-sampled one, or 1."""
+        if qp.kind != "aggregate" or not len(k):
+            return k
+        rows = N * (qp.sample_rate() or 1.0) * float(qp.window_scale) * self.m.stream_keep(qp.q)
+        thin = rows < self.THIN_ROWS
+        good = ~thin
+        if good.any():
+            self._k_ref[qp.q.id] = float(np.sqrt((N[good] * k[good] ** 2).sum() / N[good].sum()))
+        if thin.any():
+            k = np.where(thin, np.maximum(k, self._k_ref.get(qp.q.id, 1.0)), k)
+        return k
 
     # -- knobs the allocator drives besides the rates: window_scale, sampler -------------------
     def _window_ok(self, qp) -> bool:
@@ -491,7 +511,7 @@ class EngineAllocator:
             if old[0] and (abs(new[0] - old[0]) > 0.5 * old[0] or abs(new[1] - old[1]) > 0.5 * max(old[1], 1e-9)
                            or abs(new[2] - old[2]) > 0.5 * max(old[2], 1e-9) or new[3:] != old[3:]):
                 self._plan(f"distribution of q{q.id} changed (groups {old[0]} -> {new[0]}, window rows "
-                           f"{old[2]:.4g} -> {new[2]:.4g})", force=False)
+                           f"{old[2]:.4g} -> {new[2]:.4g}, outlier index {old[3]:g} -> {new[3]:g})", force=False)
                 self._stats_at_plan[q.id] = new
                 return
 
