@@ -92,8 +92,15 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   power of two: 2 of the 3 timed calls at 60k in ``--quick``).  The
   compiled T1 scan had the same re-run on every call (its output array
   started at 256 entries).  Both fixed (recycled buffers sized from the
-  last call); view refresh (~1 ns per output) and the pyramid descent (~3.5
-  nodes per probe) were not the problem.
+  last call).  Third, per-probe work that grew with the window: the open
+  (hot) zone's cells were walked as per-bucket linked lists, a chain of
+  dependent loads that misses the cache once the zone holds ~10k+ tuples;
+  a large batch now reads a cell-ordered copy (kernel at 60k: 34 -> 25 ns
+  per output, warm).  View refresh (~1 ns per output) and the pyramid
+  descent (~3.5 nodes per probe, ~1 us per probe) were not the problem.
+  What is left at 60k is memory bandwidth: T4 writes 40 B per output into
+  a 190 MB result and reads ~1.6 stored tuples; the bound's c_emit (32 B
+  written per output) is measured the same way.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
