@@ -225,12 +225,13 @@ class WindowScan(Operator):
         plus = valid & ~self._shown & (self._start <= now)
         minus = valid & (self._end <= now) & (self._shown | plus)
         ip, im = np.flatnonzero(plus), np.flatnonzero(minus)
-        rows = Batch(self._cols, ts=self._ts)
-        out = Changes(
-            Batch.concat([rows.take(im), rows.take(ip)]),
-            np.concatenate([-np.ones(len(im), np.int8), np.ones(len(ip), np.int8)]),
-            np.concatenate([self._end[im], self._start[ip]]),
-            np.concatenate([self._rid[im], self._rid[ip]]))
+        # (at, sign) order: retractions first, then a stable sort on the time (the order of
+        # np.lexsort((sign, at))); the rows are gathered once, already in that order
+        at = np.concatenate([self._end[im], self._start[ip]])
+        o = np.argsort(at, kind="stable")
+        sel = np.concatenate([im, ip])[o]
+        out = Changes(Batch(self._cols, ts=self._ts).take(sel), np.where(o < len(im), -1, 1).astype(np.int8),
+                      at[o], self._rid[sel], sort=False)
         self._shown |= plus
         keep = valid & (self._end > now)
         if not keep.all():
