@@ -100,9 +100,11 @@ class _Base:
         if k.shape[0] and (k.min() < 0 or k.max() >= allr.shape[0]):
             from ..errors import SketchQLError
             raise SketchQLError("PT selection over a shared layer: the scan's arrivals do not match the rows fed")
-        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed
-        self._rows_base += allr.shape[0]
-        self._rows_fed = []
+        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed; under the
+        # scheduler later steps' rows may already be fed: keep those
+        used = int(k.max()) + 1 if k.shape[0] else 0
+        self._rows_base += used
+        self._rows_fed = [allr[used:]] if used < allr.shape[0] else []
         return allr[k]
 
     def index_nbytes(self) -> int:
