@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import SummaryError
 from ..summaries.hashing import as_key_array
 from .partition import SparkInputError
+from .retention import kept_mask
 
 # Rows per StreamIndex.ingest call: in time order, chunks give the same index as one call.
 # 2^18 keeps the per-call temporaries (hash indexes/signs, d x rows) in the cache-friendly
@@ -49,13 +50,14 @@ INGEST_CHUNK = 1 << 18
 
 
 def ingest_rows(ix, v: np.ndarray, t: np.ndarray, r: np.ndarray, name: str,
-                prune_margin: float | None = None, max_rid: int | None = None,
+                prune: bool = False, max_rid: int | None = None,
                 chunk: int | None = None, prefetch: bool = True) -> int:
     """Ingest valid rows ``(v, t, r)`` into ``ix`` as one ``(ts, row id)``-ordered stream.
 
-    Rows with ``ts <= max(t) - prune_margin`` are expired at any clock >= max(t)
-    and are skipped (only when every time is finite; an infinite one makes the
-    ingest raise).  ``max_rid`` (the largest row id of *all* valid rows, also
+    ``prune``: rows that cannot be in the index once its clock reaches max(t)
+    (G1 period before :func:`~sketchql.spark.retention.first_kept_period`) are
+    skipped -- same bytes (only when every time is finite; an infinite one makes
+    the ingest raise).  ``max_rid`` (the largest row id of *all* valid rows, also
     pruned ones) restores the row-id counter of a full ingest.  Time-ordered
     chunks of ``chunk`` rows (default ``INGEST_CHUNK``) give the same index as
     one call; with ``prefetch`` (and more than one chunk) the next chunk is
@@ -64,10 +66,9 @@ def ingest_rows(ix, v: np.ndarray, t: np.ndarray, r: np.ndarray, name: str,
     """
     n = len(v)
     pruned = 0
-    if n and prune_margin is not None:
-        lo, hi = float(t.min()), float(t.max())
-        if math.isfinite(lo) and math.isfinite(hi) and lo <= hi - prune_margin:
-            keep = t > hi - prune_margin
+    if n and prune and math.isfinite(float(t.min())) and math.isfinite(float(t.max())):
+        keep = kept_mask(ix.decl, ix.config, t)
+        if keep is not None:
             v, t, r = v[keep], t[keep], r[keep]
             pruned = n - len(v)
     if len(t) > 1 and not _ordered(t, r):

@@ -34,15 +34,16 @@ one call).  On time-ordered input
 (each partition a time range) this skips most of the ingest of the older
 partitions even without the JVM aggregate.
 
-Pruning expired history (``prune=True``, default): the index keeps at most
-``history + span(G_m)`` seconds behind its clock (``SummaryDeclaration.history``
-plus one zone of the coarsest granularity); anything older is dropped by
-COLLAPSE / ring expiry whatever else arrives.  So one cheap JVM aggregate
-first finds the newest timestamp ``t_max`` (plus ``min_ts``, the largest row
-id and the row count), and rows with a valid key and
-``ts <= t_max - 2 (history + span(G_m)) - 2 T1`` (twice the retained extent) are
-filtered out in the JVM before ``mapInArrow``: they would be expired on
-arrival at the merged clock.  The merged index is unchanged (the tests check
+Pruning expired history (``prune=True``, default): the index drops old
+tuples by whole zones of its coarsest granularity, so after an ingest ending
+at ``t_max`` only G1 periods from ``first_kept_period(t_max)`` on are left
+(:mod:`sketchql.spark.retention`: the exact cut, and why skipping the rows
+before it gives the same bytes).  So one cheap JVM aggregate first finds the
+newest timestamp ``t_max`` (plus ``min_ts``, the largest row id and the row
+count), and rows with a valid key and ``ts <= t_max - margin``
+(``retention.prune_margin``, e.g. 130 s for 10 s x COLLAPSE(2, 4); every such row is
+before the cut) are filtered out in the JVM before ``mapInArrow``; the
+ingest then applies the exact cut.  The merged index is unchanged (the tests check
 ``to_bytes`` against a one-process ingest of *all* rows); the only state such
 rows leave behind is the row-id counter, restored from the aggregate's
 largest row id.  ``rows`` still counts them.  This skips both the JVM ->
@@ -69,6 +70,7 @@ from ..errors import SummaryError
 from .build import _KEY_TYPES, _TS_TYPES, BuildResult, build, resolve_column
 from .declaration import SummarySpec, parse_summary_declaration
 from .driver_ingest import INGEST_CHUNK, ingest_rows  # noqa: F401  (re-exported)
+from .retention import prune_margin as retention_margin
 from .partition import SparkInputError, _partial_row, key_array, seconds_array
 
 _RID_TYPES = {"ByteType", "ShortType", "IntegerType", "LongType"}
@@ -102,9 +104,10 @@ class IndexBuilder:
     to Spark's ``monotonically_increasing_id() + rid_base`` of the same rows
     (``partition << 33`` plus the row's position in the partition, null rows
     included), so that column need not cross the JVM -> Python boundary.
-    ``prune_margin``: rows with ``ts <= (newest ts of this partition) -
-    prune_margin`` are expired at the merged clock (>= this partition's) and
-    are not ingested; the partial keeps their row-id counter (see "Pruning").
+    ``prune_margin`` (not None): rows the index cannot hold once its clock
+    reaches this partition's newest time (:mod:`~sketchql.spark.retention`; the
+    merged clock is later, the cut only moves forward) are not ingested; the
+    partial keeps their row-id counter (see "Pruning").
     """
 
     def __init__(self, decl_dict: dict, config_dict: dict, key: str, ts: str, rid: str | None,
@@ -160,7 +163,8 @@ class IndexBuilder:
         n = len(v)
         lo, hi = float(t.min()), float(t.max())
         self.max_rid = int(r.max())
-        self.pruned = ingest_rows(ix, v, t, r, self.decl_dict["name"], self.prune_margin, self.max_rid)
+        self.pruned = ingest_rows(ix, v, t, r, self.decl_dict["name"], self.prune_margin is not None,
+                                  self.max_rid)
         return ix, n, lo, hi
 
     def partial(self):
@@ -237,9 +241,9 @@ class IndexJob:
         return df.select(self.key, self.ts_col, rid.alias(ROW_ID))
 
     def prune_margin(self) -> float:
-        """Seconds behind the newest timestamp beyond which rows cannot survive (x2 for safety)."""
-        d = self.decl
-        return 2.0 * (d.history + d.span(d.depth)) + 2.0 * d.granularity
+        """Seconds behind (a bound of) the newest time beyond which rows cannot survive
+        (:func:`sketchql.spark.retention.prune_margin`)."""
+        return retention_margin(self.decl, self.config)
 
     def restrict(self, projected):
         """The projected rows worth sending to Python (see "Pruning" in the module docstring)."""

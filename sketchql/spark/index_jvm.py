@@ -27,10 +27,11 @@ The driver hands the kept rows to Python through a local file; Python orders
 them by ``(ts, row id)`` and ingests them into one
 :class:`~sketchql.index.StreamIndex` (:func:`~sketchql.spark.index_job.ingest_rows`).
 
-Why the bytes equal a one-process ingest of *all* valid rows: ``margin =
-2 (history + span(G_m)) + 2 T1`` is twice what the index retains behind its
-clock, so every dropped row is expired on arrival at the final clock ``hi``
-(see "Pruning" in :mod:`sketchql.spark.index_job`); the only trace such a row
+Why the bytes equal a one-process ingest of *all* valid rows: every row with
+``ts <= hi - margin`` (``margin`` from :func:`sketchql.spark.retention.prune_margin`)
+lies before the G1 period from which the index, at its final clock ``hi``, can
+still hold tuples, and skipping such rows leaves the same index
+(:mod:`sketchql.spark.retention`; Python then cuts exactly); the only trace such a row
 leaves is the row-id counter, restored from the largest valid row id.  The
 kept rows are ingested in the same ``(ts, row id)`` order as in one process,
 so no merge is involved at all (the T3/T4 merge contract is not needed).
@@ -177,7 +178,7 @@ def build_index_jvm(df, job):
     cols = [job.key, job.ts_col] + ([job.row_id_col] if job.row_id_col else [])
     sel = select_rows(df.select(*cols), job.prune_margin(), job.prune, 0 if job.row_id_col else job.row_id_base)
     ix = job.empty()
-    pruned = ingest_rows(ix, sel.keys, sel.ts, sel.rids, job.name, job.prune_margin(),
+    pruned = ingest_rows(ix, sel.keys, sel.ts, sel.rids, job.name, True,
                          sel.max_rid if sel.valid else None)
     job.last_pruned = sel.valid - len(sel.keys) + pruned
     lo = sel.min_ts if sel.valid else math.nan
