@@ -190,5 +190,6 @@ class KeyDict:
         bits = 5
         while (1 << bits) < 2 * self._n:
             bits += 1
-        self._rebuild(bits)
+        # keep the table's size unless it is far too big (codes come and go: no grow/shrink churn)
+        self._rebuild(self._bits if self._bits <= bits + 3 else bits)
         return remap
