@@ -111,3 +111,14 @@ def test_allocator_replan_and_budgets_through_controls():
     d = eng.allocator.replan("test")
     assert d["reason"] == "test" and str(q.id) in d["per_query"]
     assert d["per_query"][str(q.id)]["knobs"]["sample_rate"] == 1.0   # plenty of memory: exact rate
+
+
+def test_rate_meter_is_unbiased_for_batches_of_any_size():
+    """The measured rate of a steady stream (brute force: rows / seconds) whatever the batch size."""
+    from sketchql.engine.precision import RateMeter
+    for batch in (0.5, 1.0, 3.0):
+        m = RateMeter(horizon=10.0)
+        ts = np.arange(0, 60, 0.01) + 0.005           # 100 rows per second
+        for t0 in np.arange(0, 60, batch):
+            m.add(ts[(ts >= t0) & (ts < t0 + batch)])
+        assert abs(m.rate() / 100.0 - 1) < 0.02, (batch, m.rate())

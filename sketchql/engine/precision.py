@@ -82,6 +82,10 @@ class RateMeter:
     def rate(self) -> Optional[float]:
         if self.first is None or self.last <= self.first:
             return None
+        if len(self._q) >= 2 and self.last > self._q[0][0]:
+            # rows that arrived in (end of the oldest batch kept, last]: the oldest batch began
+            # before the horizon, so counting it over the horizon overstated the rate
+            return (sum(n for _, n in self._q) - self._q[0][1]) / (self.last - self._q[0][0])
         span = min(self.horizon, self.last - self.first)
         return sum(n for _, n in self._q) / max(span, 1e-9)
 
