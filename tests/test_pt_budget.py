@@ -145,3 +145,32 @@ def test_demand_shedding_keeps_everything_at_full_budget():
     replay(arr, {"q": q}, WorkBudget.unlimited(), tick_seconds=0.25)
     assert q.stats()["shed"] == 0
     assert evaluate_join(arr, 8.0, *q.pairs())["pct_output"] == pytest.approx(100.0)
+
+
+def test_group_wall_clock_rounds_wait_for_their_cost(stream):
+    """A PTJoinGroup on a wall clock holds its arrivals like a single query:
+    while a query's measured round is pinned above any account, only the
+    span (wall_defer) flushes; nothing is lost and ``finish`` flushes the rest."""
+    qs = [PTJoin(window=20.0, preference=p, name=p) for p in ("desc", "weighted")]
+    g = PTJoinGroup(qs, cpu="separate")
+    g.set_wall_clock(True)
+    for q in qs:
+        q.wall_defer = 2.0
+    bounds = np.searchsorted(stream.ts, np.arange(stream.ts[0], stream.ts[-1] + 0.25, 0.25))
+    bounds = np.unique(np.r_[bounds, len(stream)])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        before = qs[0].stats()["tuples_in"]
+        g.tick(stream.take(np.arange(a, b)), np.full(b - a, 1e-3))
+        qs[1]._sec_round = 1e9                  # one query's round "costs" more than any account
+        if g._pend:
+            assert qs[0].stats()["tuples_in"] == before
+            assert stream.ts[b - 1] - g._pend[0][0].ts[0] < 2.0
+    assert qs[0].stats()["deferred_ticks"] > 0
+    g.finish()
+    assert not g._pend
+    for q in qs:
+        st = q.stats()
+        assert st["tuples_in"] == len(stream) and st["rounds"] > 0
+        assert st["allowance"] == pytest.approx(1e-3 * len(stream))
+        r = evaluate_join(stream, 20.0, *q.pairs())
+        assert r["invalid"] == 0 and r["duplicates"] == 0

@@ -250,26 +250,35 @@ class PTJoin(PairOutput):
         allowance (already credited)."""
         self._credit(float(np.sum(allowance)))
         self._pend.append((batch, allowance))
-        first = float(self._pend[0][0].ts[0])
-        span = float(batch.ts[-1]) - first
-        limit = self.wall_defer if self.wall_defer is not None else (
-            min(5.0, 0.1 * self.window) if math.isfinite(self.window) else 5.0)
-        # longer waits would be split in time chunks, i.e. cost several rounds
-        limit = min(limit, chunk_span(self.sources, self.window))
-        if self._sec_round is not None and self.account < self.wall_rounds * self._sec_round and span < limit:
+        span = float(batch.ts[-1]) - float(self._pend[0][0].ts[0])
+        if self._round_waits() and span < self._defer_limit():
             self._stats["deferred_ticks"] += 1
             return None, None
         parts, self._pend = self._pend, []
-        if len(parts) == 1:
-            return parts[0]
-        return concat_batches([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return _join_parts(parts)
+
+    def _defer_limit(self) -> float:
+        """Most event-time seconds arrivals wait for a round (:meth:`_defer`):
+        ``wall_defer`` (default a tenth of the window, at most 5 s), and never
+        more than one time chunk (a longer wait would cost several rounds)."""
+        limit = self.wall_defer if self.wall_defer is not None else (
+            min(5.0, 0.1 * self.window) if math.isfinite(self.window) else 5.0)
+        return min(limit, chunk_span(self.sources, self.window))
+
+    def _round_waits(self) -> bool:
+        """A measured round costs more than the account can cover ``wall_rounds`` times."""
+        return self._sec_round is not None and self.account < self.wall_rounds * self._sec_round
+
+    def _note_round(self, seconds: float) -> None:
+        self._sec_round = seconds if self._sec_round is None else 0.8 * self._sec_round + 0.2 * seconds
+        self._stats["round_seconds"] += seconds
+        self._stats["rounds"] += 1
 
     def finish(self) -> None:
         """Process the arrivals still waiting (wall clock, see :meth:`_defer`)."""
         if self._pend:
             parts, self._pend = self._pend, []
-            batch = parts[0][0] if len(parts) == 1 else concat_batches([p[0] for p in parts])
-            allowance = np.concatenate([p[1] for p in parts])
+            batch, allowance = _join_parts(parts)
             for a, b in time_chunks(batch.ts, chunk_span(self.sources, self.window)):
                 part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
                 self._tick_one(part, allowance[a:b], credit=False)
@@ -292,10 +301,7 @@ class PTJoin(PairOutput):
         if self.wall:
             t2 = clock()
             self.account -= t2 - t
-            r = t2 - t0
-            self._sec_round = r if self._sec_round is None else 0.8 * self._sec_round + 0.2 * r
-            self._stats["round_seconds"] += r
-            self._stats["rounds"] += 1
+            self._note_round(t2 - t0)
         self.drain()
         self._note_debt()
 
@@ -926,6 +932,13 @@ class PTJoin(PairOutput):
         return dict(self._stats, queued=len(self.queue), account=self.account)
 
 
+def _join_parts(parts):
+    """[(batch, allowance)] waiting for a round, as one (batch, allowance)."""
+    if len(parts) == 1:
+        return parts[0]
+    return concat_batches([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
 class PTJoinGroup:
     """Several standing PT-Join queries over the same two streams, sharing one
     region index per stream (the summaries are stream-dependent, the queues
@@ -936,6 +949,12 @@ class PTJoinGroup:
     split by weight.  ``cpu="separate"``: every query gets the whole
     allowance and pays the whole ingest, exactly as if it ran alone (used by
     the benchmarks to compare preferences on identical index states).
+
+    On a wall clock the group's rounds wait like a single query's
+    (:meth:`PTJoin._defer`): the arrivals are held (their allowance
+    credited) while some query's account does not cover ``wall_rounds`` of
+    its measured rounds, at most one time chunk / ``wall_defer`` seconds;
+    ``finish`` processes what still waits.
 
     >>> from sketchql.data import generate_stores, interleave
     >>> from sketchql.approx import WorkBudget, replay
@@ -961,6 +980,7 @@ class PTJoinGroup:
             q.sources = lead.sources
             q._dedup = PairSet() if any(s.may_repeat for s in lead.sources) else None
         self._lead = lead
+        self._pend = []   # wall clock: arrivals waiting for a round (tick)
         w = np.array([q.weight for q in self.queries], np.float64)
         self.shares = w / w.sum() if cpu == "shared" else np.ones(len(self.queries))
 
@@ -975,18 +995,36 @@ class PTJoinGroup:
             for q, sh in zip(self.queries, self.shares):
                 q._credit(units * sh)
             return
+        credit = True
+        if self._lead.wall:   # rounds wait for their cost, as a single query's (PTJoin._defer)
+            units = float(np.sum(allowance))
+            for q, sh in zip(self.queries, self.shares):
+                q._credit(units * sh)
+            self._pend.append((batch, allowance))
+            span = float(batch.ts[-1]) - float(self._pend[0][0].ts[0])
+            if any(q._round_waits() for q in self.queries) and span < min(q._defer_limit() for q in self.queries):
+                for q in self.queries:
+                    q._stats["deferred_ticks"] += 1
+                return
+            parts, self._pend = self._pend, []
+            batch, allowance = _join_parts(parts)
+            credit = False
+        self._run(batch, allowance, credit)
+
+    def _run(self, batch, allowance, credit: bool) -> None:
         span = min(chunk_span(q.sources, q.window) for q in self.queries)
         for a, b in time_chunks(batch.ts, span):
             part = batch if (a == 0 and b == len(batch)) else batch.take(np.arange(a, b))
-            self._tick_one(part, allowance[a:b])
+            self._tick_one(part, allowance[a:b], credit)
 
-    def _tick_one(self, batch, allowance) -> None:
+    def _tick_one(self, batch, allowance, credit: bool = True) -> None:
         """One chunk: the lead ingests once (the share of :mod:`.admission`
         that every query's account can pay), each query is charged its share
         of it, plans what its own account admits and probes."""
         units = float(np.sum(allowance))
-        for q, sh in zip(self.queries, self.shares):
-            q._credit(units * sh)
+        if credit:
+            for q, sh in zip(self.queries, self.shares):
+                q._credit(units * sh)
         clock = time.perf_counter
         lead = self._lead
         n = len(batch)
@@ -1008,11 +1046,17 @@ class PTJoinGroup:
                 q.account -= t_ingest * sh
             q.plan(batch, q.admit_plan(batch, sides), cache if q.window == lead.window else None)
             if q.wall:   # the shared ingest is split like the units
-                q.account -= clock() - t
+                dt = clock() - t
+                q.account -= dt
+                q._note_round(t_ingest * sh + dt)
             q.drain()
             q._note_debt()
 
     def finish(self) -> None:
+        """Process the arrivals still waiting for a round (wall clock)."""
+        if self._pend:
+            parts, self._pend = self._pend, []
+            self._run(*_join_parts(parts), credit=False)
         for q in self.queries:
             q.finish()
 
