@@ -103,8 +103,9 @@ def _arrays_nbytes(obj, depth=0) -> int:
 def memory(eng) -> dict:
     """Peak-relevant bytes: windows / stores, operator synopses, region indexes, PT state, queues.
 
-    ``pt_state`` is split in ``pt_parts``: ``queue_table`` (the entry columns, allocated capacity),
-    ``queue_order`` (the priority order and the last popped batch), ``dedup`` (pairs already
+    ``pt_state`` is split in ``pt_parts``: ``queue_table`` (the entry columns, allocated capacity;
+    a table shared by several queues once), ``queue_order`` (the priority order, the last popped
+    batch and, on a shared table, the queue's row map), ``dedup`` (pairs already
     produced), ``members`` (the member columns the PT node keeps to build output rows) and
     ``other`` (sweep bookkeeping, backlog, pair log)."""
     from sketchql.engine.sharing import SharedConsumer, StoreScan
@@ -141,7 +142,11 @@ def memory(eng) -> dict:
                     seen.add(id(pq))
                     table = sum(b.nbytes for b in pq._buf.values())
                     pt_parts["queue_table"] += table
-                    pt_parts["queue_order"] += int(pq.nbytes) - table
+                    pt_parts["queue_order"] += int(pq.nbytes) - table      # order (+ row map on a shared table)
+                    st = getattr(pq, "table", None)
+                    if st is not None and id(st) not in seen:          # entry columns shared by several queues
+                        seen.add(id(st))
+                        pt_parts["queue_table"] += int(st.nbytes)
                 dd = getattr(inner, "_dedup", None)
                 pt_parts["dedup"] += sum(a.nbytes for a in dd.levels) if dd is not None else 0
                 pt_parts["members"] += _arrays_nbytes(op)
@@ -236,6 +241,7 @@ def main(argv=None):
     eng_s, qs_s, peak_s, tp_s = run_set(data, True, EXACT + PT, batch)
     eng_u, qs_u, peak_u, tp_u = run_set(data, False, EXACT + PT, batch)
     same_exact = all(x.equals(y) for x, y in zip(_answers(qs_s[:len(EXACT)]), _answers(qs_u[:len(EXACT)])))
+    same_pt = [x.equals(y) for x, y in zip(_answers(qs_s[len(EXACT):]), _answers(qs_u[len(EXACT):]))]
     print(f"{'':<10}{'peak bytes':>13}{'windows':>11}{'operators':>11}{'indexes':>13}{'pt_state':>13}"
           f"{'queues':>9}{'tuples/s':>11}{'pt_results':>13}")
     for name, pk, tp in (("shared", peak_s, tp_s), ("unshared", peak_u, tp_u)):
@@ -243,7 +249,8 @@ def main(argv=None):
               f"{pk['pt_state']:>13,}{pk['queues']:>9,}{tp:>11,.0f}{pk['pt_results']:>13,}")
     for name, pk in (("shared", peak_s), ("unshared", peak_u)):
         print(f"  {name} pt_state at the peak: " + ", ".join(f"{k} {v:,}" for k, v in pk["pt_parts"].items()))
-    print(f"exact answers equal shared vs unshared: {same_exact}; sharing: {eng_s.sharing.stats()}")
+    print(f"exact answers equal shared vs unshared: {same_exact}; PT answers equal (per query): "
+          f"{sum(same_pt)}/{len(same_pt)}; sharing: {eng_s.sharing.stats()}")
 
     # 2. PT index memory: ten preference queries against one (sharing on)
     def index_bytes(eng):

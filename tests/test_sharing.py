@@ -150,3 +150,62 @@ def test_sql_selections_over_one_stream_share_one_pt_selection():
         got = sorted(a.results()["k"].tolist())
         assert got == sorted(k[(k >= lo) & (k <= hi)].tolist())     # ample budget: the exact selection
         assert got == sorted(b.results()["k"].tolist())
+
+
+PT_DDL = """
+CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts;
+CREATE STREAM B (k INT, v DOUBLE) TIMESTAMP ts;
+CREATE SUMMARY sa ON A (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4);
+CREATE SUMMARY sb ON B (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)
+"""
+PT_JOIN = ("SELECT A.k, A.ts, B.ts FROM A, B WHERE A.k = B.k WITH PREFERENCE {p} A.k FADE FACTOR 0.8 "
+           "WINDOW {w} SECONDS WITHIN {b} PROBES PER TUPLE")
+
+
+def _pt_run(share_plans, specs, late=None):
+    rng = np.random.default_rng(4)
+    ts = np.round(np.arange(1, 321) * 0.25, 6)
+    ka, kb = (rng.zipf(1.3, size=(2, ts.shape[0])) % 120).astype(np.int64)
+    eng = Engine(seed=2)
+    eng.set_control("share_plans", share_plans)
+    eng.execute(PT_DDL)
+    qs = [eng.register(PT_JOIN.format(p=p, w=w, b=b)) for p, w, b in specs]
+    for q in qs:
+        q.set_knob("retain_changes", None)
+    for t0 in np.arange(0.0, 80.0, 5.0):
+        if late is not None and t0 == 40.0:                     # registered after data
+            qs.append(eng.register(PT_JOIN.format(p=late[0], w=late[1], b=late[2])))
+            qs[-1].set_knob("retain_changes", None)
+        m = (ts > t0) & (ts <= t0 + 5.0 + 1e-9)
+        eng.push("A", {"ts": ts[m], "k": ka[m], "v": np.ones(m.sum())})
+        eng.push("B", {"ts": ts[m], "k": kb[m], "v": np.ones(m.sum())})
+    return eng, qs
+
+
+def _pt_pairs(q):
+    r = q.results()
+    return sorted(zip(r["k"].tolist(), r["A.ts"].tolist(), r["B.ts"].tolist()))
+
+
+def test_pt_queues_share_entry_columns_and_answers_do_not_change():
+    specs = [("desc", 30, 4), ("weighted", 30, 6), ("asc", 30, 4), ("desc", 30, 12), ("desc", 20, 4)]
+    eng_s, qs_s = _pt_run(True, specs, late=("weighted", 30, 4))
+    eng_u, qs_u = _pt_run(False, specs, late=("weighted", 30, 4))
+    for a, b in zip(qs_s, qs_u):                                # same pairs, query by query
+        assert _pt_pairs(a) == _pt_pairs(b)
+    queues = [[n for n in q.plan.nodes if n.kind == "pt_join"][0].op.op.queue for q in qs_s]
+    t30 = queues[0].table
+    assert t30 is not None and all(q.table is t30 for q in queues[1:4] + queues[5:])   # window 30 s: one table
+    assert queues[4].table is not None and queues[4].table is not t30                  # window 20 s: its own
+    st = eng_s.sharing.stats()
+    assert st["pt_entry_tables"] == 2 and st["pt_entry_rows_reused"] > st["pt_entry_rows"]
+    # the blocks are stored once: far fewer rows than the queues pushed together (the late query's
+    # arrival numbers differ, so its blocks are its own)
+    pushed = sum(q.counts["pushed"] for q in queues[:4] + queues[5:])
+    assert t30.counts["stored_rows"] < 0.5 * pushed
+    assert t30.counts["compacted"] > 0 and t30.rows < t30.counts["stored_rows"]
+    unshared = [[n for n in q.plan.nodes if n.kind == "pt_join"][0].op.op.queue for q in qs_u]
+    assert all(q.table is None for q in unshared)
+    # detaching a query releases its queue from the table
+    eng_s.execute(f"DROP QUERY q{qs_s[0].id}")
+    assert len(t30.queues()) == 4

@@ -23,6 +23,13 @@ first consumer to ask for a step computes it; the output waits in a shared
 queue with one read position per consumer and is freed once every consumer has
 read it.
 
+**Shared PT entry columns** (:class:`~sketchql.operators.promising.entrytable.SharedEntryTable`).
+Promising-tuple joins probing the same shared region indexes with the same
+window and fade queue, for the same arrivals, byte-identical entries; their
+queues keep the entry columns once (each query its own order and an 8-byte
+row per entry).  A block is reused only if it is identical, so no query's
+answer changes.
+
 >>> from sketchql.engine import Engine
 >>> eng = Engine()
 >>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
@@ -331,6 +338,7 @@ class Sharing:
         self.stores: dict = {}              # key -> WindowStore
         self.ops: dict = {}                 # signature -> (SharedOperator, epoch, [qids])
         self.members: dict = {}             # id(shared object) -> [qids]
+        self.entry_tables: dict = {}        # (indexes, window, fade, key) -> SharedEntryTable (PT queues)
 
     # -- registration ------------------------------------------------------------
     def _epoch(self, streams) -> tuple:
@@ -389,8 +397,8 @@ class Sharing:
     def attach(self, query) -> list:
         """Share what can be shared in ``query``'s plan; returns notes for EXPLAIN."""
         if query.plan.engine != "exact" or query.bound.tables:
-            query._sharing_notes = []
-            return []
+            query._sharing_notes = self._share_pt_entries(query)
+            return query._sharing_notes
         notes = []
         streams = sorted({s.schema.name.lower() for s in query.bound.streams})
         order = {id(n): i for i, n in enumerate(query.plan.nodes)}
@@ -458,11 +466,45 @@ class Sharing:
         self.members[id(st)].append(query.id)
         return c
 
+    def _share_pt_entries(self, query) -> list:
+        """PT joins on shared indexes: their queues keep the entry columns in one table per
+        (indexes, window, fade, key) (module doc)."""
+        from ..operators.promising.entrytable import SharedEntryTable
+        notes = []
+        for i, node in enumerate(query.plan.nodes):
+            if node.kind != "pt_join":
+                continue
+            inner = getattr(node.op, "op", None)
+            q = getattr(inner, "queue", None)
+            srcs = getattr(inner, "sources", None)
+            if (q is None or not srcs or not all(hasattr(s, "bind") for s in srcs) or q.n
+                    or getattr(q, "table", 0) is not None):
+                continue
+            key = ("pt_entries", tuple(id(s.ix) for s in srcs), float(inner.window), float(inner.fade),
+                   inner.key, tuple(q.fields))
+            t = self.entry_tables.get(key)
+            if t is None:
+                t = self.entry_tables[key] = SharedEntryTable(q.fields)
+                self.members[id(t)] = []
+            q.attach_table(t)
+            others = self._others(t, query.id)
+            self.members[id(t)].append(query.id)
+            if others:
+                notes.append(f"n{i} pt_join: entry columns shared with queries {others}")
+        return notes
+
     def _others(self, obj, qid) -> list:
         return sorted(set(q for q in self.members.get(id(obj), []) if q != qid))
 
     def detach(self, query) -> None:
         for node in query.plan.nodes:
+            q = getattr(getattr(node.op, "op", None), "queue", None)
+            t = getattr(q, "table", None)
+            if t is not None:
+                t.detach(q)
+                m = self.members.get(id(t), [])
+                if query.id in m:
+                    m.remove(query.id)
             if isinstance(node.op, StoreScan):
                 node.op.store.release(node.op)
                 m = self.members.get(id(node.op.store), [])
@@ -494,4 +536,7 @@ class Sharing:
                 "store_bytes": sum(s.nbytes for s in self.stores.values()),
                 "shared_operators": sum(1 for v in ops if len(v[0].positions) > 1),
                 "operator_consumers": sum(len(v[0].positions) for v in ops),
-                "queued_rows": sum(v[0].queued_rows() for v in ops)}
+                "queued_rows": sum(v[0].queued_rows() for v in ops),
+                "pt_entry_tables": sum(1 for t in self.entry_tables.values() if t.queues()),
+                "pt_entry_rows": sum(t.rows for t in self.entry_tables.values()),
+                "pt_entry_rows_reused": sum(t.counts["reused_rows"] for t in self.entry_tables.values())}

@@ -57,6 +57,10 @@ drops those from the order and, with ``compact=True``, drops the table's
 prefix no queued entry refers to any more (positions shift down by the
 returned count): the table then spans about one window of entries instead
 of every entry ever queued.  :attr:`EntryQueue.nbytes` counts all of it.
+Queues of several queries that queue the same entries (same shared index,
+window and fade) can keep the columns once in a
+:class:`~.entrytable.SharedEntryTable` (:meth:`EntryQueue.attach_table`):
+each then holds 8 bytes per entry (its entry's global row) plus its order.
 """
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ import math
 import numpy as np
 
 from ...errors import SketchQLError
+from .entrytable import LazyColumns, SharedEntryTable
 from .runheap import RunHeap
 
 PREFERENCES = ("desc", "asc", "weighted")
@@ -109,12 +114,40 @@ class EntryQueue:
         self.heap = RunHeap()
         self._popped = _EMPTY_POP
         self.counts = {"pushed": 0, "pruned": 0, "compacted": 0, "compactions": 0}
+        self.table = None          # a SharedEntryTable (attach_table) instead of private columns
+        self._map = None           # entry id -> global row of the shared table (capacity buffer)
+
+    def attach_table(self, table: SharedEntryTable) -> None:
+        """Keep the entries' columns in ``table`` (shared with other queues) from now on; the
+        queue must still be empty.  Pop order and ids are those of a private queue."""
+        if self.n:
+            raise SketchQLError("EntryQueue.attach_table: the queue already holds entries")
+        if tuple(table.fields) != self.fields:
+            raise SketchQLError(f"EntryQueue.attach_table: table fields {table.fields} != {self.fields}")
+        table.attach(self)
+        self.table = table
+        self._map = np.zeros(1024, np.int64)
+        self._buf, self._cap = {}, 0
+
+    def mapped_rows(self) -> np.ndarray:
+        """Global table rows of the entries this queue holds (shared table mode)."""
+        return self._map[: self.n] if self._map is not None else np.zeros(0, np.int64)
 
     def _store(self, cols: dict, k: int) -> np.ndarray:
         """Append k entries' columns; return their entry ids.  Columns live in
         capacity-doubling buffers (amortized O(1) per entry, no re-concatenation
         of the whole table per tick)."""
         n = self.n
+        if self.table is not None:
+            rows = self.table.store(cols, k)
+            if n + k > self._map.shape[0]:
+                nm = np.zeros(max(2 * self._map.shape[0], n + k), np.int64)
+                nm[:n] = self._map[:n]
+                self._map = nm
+            self._map[n:n + k] = rows
+            self.n = n + k
+            self.counts["pushed"] += k
+            return np.arange(n, n + k)
         if n + k > self._cap:
             cap = max(2 * self._cap, n + k, 1024)
             for f in self.fields:
@@ -236,7 +269,10 @@ class EntryQueue:
         return k
 
     def arrays(self) -> dict:
-        """Columns of every entry in the table (views, valid until the next push or compaction)."""
+        """Columns of every entry in the table (views, valid until the next push or compaction;
+        on a shared table: a snapshot, each column gathered on first access)."""
+        if self.table is not None:
+            return LazyColumns(self.table, self._map[: self.n], self.fields)
         if self._arrays is None:
             self._arrays = {f: (self._buf[f][: self.n] if f in self._buf else np.zeros(0)) for f in self.fields}
         return self._arrays
@@ -320,11 +356,17 @@ class EntryQueue:
             return 0
         left = self.n - cut
         cap = max(1024, left + left // 2)
+        if self.table is not None:
+            nm = np.zeros(cap, np.int64)
+            nm[:left] = self._map[cut:self.n]
+            self._map = nm
         for f, b in self._buf.items():
             nb = np.zeros(cap, b.dtype)
             nb[:left] = b[cut:self.n]
             self._buf[f] = nb
         self._cap, self.n, self._arrays = cap, left, None
+        if self.table is not None:
+            self.table.compact()
         self.heap.shift(cut)
         self._popped = _EMPTY_POP
         self.counts["compacted"] += cut
@@ -333,8 +375,11 @@ class EntryQueue:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the entry table (allocated capacity), the order, the last popped batch, the strata."""
+        """Bytes held: the entry table (allocated capacity; on a shared table only this queue's row
+        map -- the table's own bytes are the table's), the order, the last popped batch, the strata."""
         nb = sum(b.nbytes for b in self._buf.values()) + self.heap.nbytes + sum(a.nbytes for a in self._popped)
+        if self._map is not None:
+            nb += self._map.nbytes
         for a in (getattr(self, "_strata_keys", None), getattr(self, "_strata_counts", None)):
             if a is not None:
                 nb += a.nbytes
@@ -342,8 +387,11 @@ class EntryQueue:
 
     def stats(self) -> dict:
         """Queued entries, table rows / capacity, bytes and what pruning dropped."""
-        return dict(self.counts, queued=len(self.heap), table_rows=self.n, table_capacity=self._cap,
-                    bytes=self.nbytes)
+        d = dict(self.counts, queued=len(self.heap), table_rows=self.n, table_capacity=self._cap,
+                 bytes=self.nbytes)
+        if self.table is not None:
+            d["shared_table"] = self.table.stats()
+        return d
 
 
 _EMPTY_POP = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
