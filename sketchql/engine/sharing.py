@@ -30,6 +30,29 @@ queues keep the entry columns once (each query its own order and an 8-byte
 row per entry).  A block is reused only if it is identical, so no query's
 answer changes.
 
+**Queries registered after data** share the window store from their start
+(and, for PT joins, the entry table) but not running operators, because an
+operator's state is the content of its windows *since its first query's
+registration*, while a query registered later must answer as if it started
+fresh at its registration (no past data is replayed).  Hence:
+
+* over UNBOUNDED windows the two states never coincide (the running one holds
+  every earlier tuple);
+* over RANGE w they coincide w seconds after the late registration (every
+  earlier tuple has expired), but a hand-over then also needs (1) equal row
+  ids -- each :class:`StoreScan` counts rids from its own registration, as a
+  private WindowScan does, and the joins' / aggregates' output rids and the
+  result relation's retraction matching derive from them -- and (2) the late
+  consumer joining the shared output queue exactly after the step its private
+  operator produced last, which the lazily computed, freed-on-read queue does
+  not pin down when several steps carry one time;
+* the PT queues of a late query hold different arrival numbers, so identical
+  entry blocks cannot occur (its blocks go to the shared table as its own).
+
+So a later query with an identical subexpression gets its own operators (and
+EXPLAIN lists only the store as shared); queries registered at the same data
+time share everything identical.
+
 >>> from sketchql.engine import Engine
 >>> eng = Engine()
 >>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
