@@ -237,7 +237,7 @@ def _build_index_jvm(df, job) -> BuildResult | None:
         if engine == "jvm":
             raise SparkInputError(f"engine='jvm' unavailable: {why}")
         return None
-    job.prepare(df)  # validates the row-id column
+    job.resolve(df)  # validates the row-id column (no DataFrame built: the JVM engine projects itself)
     try:
         return build_index_jvm(df, job)
     except SparkInputError:

@@ -227,11 +227,16 @@ class IndexJob:
         if current is not None and not self.row_id_col:
             self.row_id_base = int(getattr(current, "next_row", None) or getattr(current, "_next_row", 0))
 
-    def prepare(self, df):
+    def resolve(self, df) -> None:
+        """Check and spell the key, time (and row-id) columns as ``df`` does (clear errors)."""
         self.key = resolve_column(df, self.key, "key", _KEY_TYPES)
         self.ts_col = resolve_column(df, self.ts_col, "timestamp", _TS_TYPES)
         if self.row_id_col:
             self.row_id_col = resolve_column(df, self.row_id_col, "row id", _RID_TYPES)
+
+    def prepare(self, df):
+        self.resolve(df)
+        if self.row_id_col:
             return df.select(self.key, self.ts_col, self.row_id_col)
         from pyspark.sql import functions as F
 

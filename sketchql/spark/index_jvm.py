@@ -159,7 +159,8 @@ def select_rows(projected, margin: float, prune: bool, rid_base: int = 0,
     fd, path = tempfile.mkstemp(prefix="sketchql-rows-", suffix=".bin")
     os.close(fd)
     try:
-        key_time = projected.select(*projected.columns[:2])
+        cols = projected.columns
+        key_time = projected if len(cols) == 2 else projected.select(*cols[:2])
         cls.select(key_time._jdf, projected._jdf, float(margin), bool(prune), int(rid_base), path,
                    bool(cached_stats))
         return read_selected(path, key_dtype)
