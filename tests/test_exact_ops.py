@@ -186,3 +186,30 @@ def test_keydict_matches_a_dict_through_growth_and_compaction():
             assert [int(remap[c]) for c in range(len(keep)) if keep[c]] == list(range(int(keep.sum())))
             assert len(d) == len(ref)
     assert len(d) > 100
+
+
+def test_holistic_aggregates_of_one_column_share_a_state_and_match_separate_ones():
+    rng = np.random.default_rng(11)
+    n = 1500
+    ts = np.round(np.cumsum(rng.exponential(0.05, n)), 1)
+    g, v = rng.integers(0, 8, n), np.round(rng.normal(0, 3, n), 1)
+    v[rng.random(n) < 0.05] = np.nan
+    specs = [AggSpec("min", "v", "mn"), AggSpec("max", "v", "mx"), AggSpec("median", "v", "md"),
+             AggSpec("count_distinct", "v", "cd"), AggSpec("quantile", "v", "q9", 0.9)]
+    both = Aggregate(["g"], specs)
+    assert len(both._hol_lead) == 1                       # one state for the five aggregates
+    qs = [Chain(WindowScan(WindowSpec.range(2.0)), both)]
+    qs += [Chain(WindowScan(WindowSpec.range(2.0)), Aggregate(["g"], [a])) for a in specs]
+    outs = [[] for _ in qs]
+    for i in range(0, n, 60):
+        b = Batch({"g": g[i:i + 60], "v": v[i:i + 60]}, ts=ts[i:i + 60])
+        for q, o in zip(qs, outs):
+            o.append(q.step(float(ts[i:i + 60][-1]), b))
+        from sketchql.operators.changes import Changes
+        t = float(ts[i:i + 60][-1])
+        snap = snapshot(Changes.concat(outs[0]), t).sort_values("g").reset_index(drop=True)
+        for a, o in zip(specs, outs[1:]):
+            one = snapshot(Changes.concat(o), t).sort_values("g").reset_index(drop=True)
+            assert np.allclose(snap[a.out_name].to_numpy(float), one[a.out_name].to_numpy(float), equal_nan=True)
+    assert both.stats()["rescans"] == sum(q.ops[-1].stats()["rescans"] for q in qs[1:])
+    assert both.stats()["rescans"] > 0

@@ -525,15 +525,16 @@ def _bisect(a, x, right):
 
 
 @numba.njit(cache=True)
-def holistic_step(kind, q, g, key, fval, null, sign, last, pg, pk, pf, pc):
+def holistic_step(kinds, qs, g, key, fval, null, sign, last, pg, pk, pf, pc):
     """One step of a holistic aggregate's sorted (group, value, count) state, compiled end to end.
 
     The non-NULL changes' pairs (``g``, order ``key``, value ``fval``) are sorted by (group, key)
     (a sort by key, then a counting sort by group) and merged into the state (:func:`pairs_merge`);
-    each change's group segment is found by binary search; :func:`holistic` runs the changes;
-    emptied pairs are dropped.  Returns (aggregate after every change flagged in ``last``,
-    rescans, the new state pg, pk, pf, pc, error flag: 1 if a value was retracted that is not
-    in its group).
+    each change's group segment is found by binary search; :func:`holistic` runs the changes
+    once per aggregate ``kinds[t]`` (``qs[t]``) reading this state (MIN, MAX, ... of one
+    column share it); emptied pairs are dropped.  Returns (aggregate t after every change
+    flagged in ``last``, as row t of a 2-D array; rescans; the new state pg, pk, pf, pc; error
+    flag: 1 if a value was retracted that is not in its group).
     """
     n = len(g)
     ok = np.empty(n, np.int64)
@@ -582,7 +583,14 @@ def holistic_step(kind, q, g, key, fval, null, sign, last, pg, pk, pf, pc):
         else:
             lo[r] = _bisect(mg, g[r], False)
             hi[r] = _bisect(mg, g[r], True)
-    res, rescans = holistic(kind, q, g, pos, sign, last, lo, hi, mc, mf)
+    T = len(kinds)
+    res = np.empty((T, n))
+    rescans = 0
+    for t in range(T):
+        pcw = mc.copy() if t < T - 1 else mc          # every pass starts from the step's counts
+        r, rs = holistic(kinds[t], qs[t], g, pos, sign, last, lo, hi, pcw, mf)
+        res[t] = r
+        rescans += rs
     err = 0
     k = 0
     for p in range(len(mc)):

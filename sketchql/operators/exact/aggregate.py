@@ -99,7 +99,22 @@ class Aggregate(Operator):
         self._cnt = np.empty(0, np.int64)      # rows per group
         self._n = [np.empty(0, np.int64) for _ in self.aggs]     # non-null count per agg
         self._s = [np.empty(0) for _ in self.aggs]               # running sum per agg
-        self._hol: list = [SortedPairs(a.func, a.q) if a.func in _HOLISTIC else None for a in self.aggs]
+        # one sorted (group, value, count) state per column: MIN(x), MAX(x), MEDIAN(x), ... of one
+        # column share it (one merge per step, then one compiled pass per aggregate)
+        self._hol: list = [None] * len(self.aggs)          # the state aggregate k reads
+        self._hol_lead: dict = {}                          # first aggregate of a state -> its readers
+        first = {}
+        for k, a in enumerate(self.aggs):
+            if a.func in _HOLISTIC:
+                if a.column in first:
+                    k0 = first[a.column]
+                    self._hol[k] = self._hol[k0]
+                    self._hol[k0].share(a.func, a.q)
+                    self._hol_lead[k0].append(k)
+                else:
+                    first[a.column] = k
+                    self._hol[k] = SortedPairs(a.func, a.q)
+                    self._hol_lead[k] = [k]
         self._hval = [np.empty(0) for _ in self.aggs]            # last holistic value per group
         self._rid = np.empty(0, np.int64)      # current output rid per group (-1: none)
         self._exists = np.empty(0, bool)
@@ -109,13 +124,13 @@ class Aggregate(Operator):
         n = int(self._exists.sum())
         for h in self._hol:
             if h is not None:
-                n += len(h)
+                n += len(h)      # a shared state counts once per aggregate reading it
         return n
 
     def stats(self) -> dict:
         d = super().stats()
         d["groups"] = int(self._exists.sum())
-        d["rescans"] = sum(h.rescans for h in self._hol if h is not None)
+        d["rescans"] = sum(self._hol[k].rescans for k in self._hol_lead)
         return d
 
     # -- group bookkeeping ------------------------------------------------
@@ -167,9 +182,8 @@ class Aggregate(Operator):
         self._s = [a[keep] for a in self._s]
         self._hval = [a[keep] for a in self._hval]
         self._rid, self._exists = self._rid[keep], self._exists[keep]
-        for h in self._hol:
-            if h is not None:
-                h.remap(newidx, keep)
+        for k in self._hol_lead:
+            self._hol[k].remap(newidx, keep)
 
     def _values_from_state(self, gi: np.ndarray, cnt, ns, ss, hol_vals):
         out = []
@@ -252,7 +266,9 @@ class Aggregate(Operator):
             else:
                 ns_after.append(np.zeros(n, np.int64))
                 ss_after.append(np.zeros(n))
-                vals[k] = self._hol[k].step(g, v, s, last)
+                if k in self._hol_lead:                   # readers of a shared state: filled here
+                    for kk, r in zip(self._hol_lead[k], self._hol[k].step_all(g, v, s, last)):
+                        vals[kk] = r
         pts = np.flatnonzero(last)
         gp = g[pts]
         cnt_p = cnt_after[pts]

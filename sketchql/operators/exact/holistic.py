@@ -46,6 +46,13 @@ class SortedPairs:
         self.pf = np.empty(0, np.float64)    # the value (for the output)
         self.pc = np.empty(0, np.int64)      # copies in the window
         self.rescans = 0
+        self.funcs = [(func, self.kind, self.q)]   # the aggregates reading this state
+
+    def share(self, func: str, q: float | None = None) -> int:
+        """Let another aggregate of the same column read this state (``step_all``'s next row)."""
+        qq = 0.5 if func == "median" else (float(q) if q is not None else 0.5)
+        self.funcs.append((func, _KIND[func], qq))
+        return len(self.funcs) - 1
 
     def __len__(self) -> int:
         return len(self.pg)
@@ -56,22 +63,28 @@ class SortedPairs:
             f = v.astype(np.float64)
             null = np.isnan(f)
             return _order_key(np.where(null, 0.0, f)), f, null
-        if self.kind != K.KIND_COUNT_DISTINCT:
-            raise SketchQLError(f"{self.func.upper()} needs numbers, got {v.dtype} values")
+        for func, kind, _ in self.funcs:
+            if kind != K.KIND_COUNT_DISTINCT:
+                raise SketchQLError(f"{func.upper()} needs numbers, got {v.dtype} values")
         fp, null = fingerprints([v])
         return fp, np.zeros(len(v)), null
 
     def step(self, g, values, sign, last) -> np.ndarray:
+        return self.step_all(g, values, sign, last)[0]
+
+    def step_all(self, g, values, sign, last) -> list[np.ndarray]:
+        """``step`` for every aggregate reading this state (see ``share``), in order."""
         g = np.asarray(g, np.int64)
         key, fval, null = self._keys(values)
         res, rs, pg, pk, pf, pc, err = K.holistic_step(
-            self.kind, self.q, g, key, fval, null, np.asarray(sign, np.int64), np.asarray(last, bool),
+            np.array([k for _, k, _ in self.funcs], np.int64), np.array([q for _, _, q in self.funcs]),
+            g, key, fval, null, np.asarray(sign, np.int64), np.asarray(last, bool),
             self.pg, self.pk, self.pf, self.pc)
         self.rescans += int(rs)
         if err:
             raise SketchQLError("aggregate: retraction of a value that is not in the group")
         self.pg, self.pk, self.pf, self.pc = pg, pk, pf, pc
-        return res
+        return list(res)
 
     def remap(self, newidx: np.ndarray, keep_group: np.ndarray):
         """Renumber groups after the aggregate forgot some (``newidx[old]``, kept iff ``keep_group``)."""
