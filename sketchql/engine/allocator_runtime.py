@@ -1,8 +1,12 @@
 """The engine's allocator: measured statistics -> precision models -> knobs, re-planned with hysteresis.
 
 ``engine.allocator`` (an :class:`EngineAllocator`) owns the knobs of the
-approximate queries: the sampling rate at each query's inputs and, for
-promising-tuple joins, the probe budget per tuple.
+approximate queries: the sampling rate at each query's inputs, for
+promising-tuple joins the probe budget per tuple, and -- unless the user set
+them by hand -- ``window_scale`` (aggregates with an error contract where
+window reduction is allowed; under a kept contract the window stays whole)
+and the ``sampler`` (bernoulli or varopt, whichever the model predicts more
+precise at the query's memory, by at least 10 % in error).
 
 * **models** (:mod:`sketchql.approx.precision_model`) are built from what the
   engine measures: stream rates (:class:`~sketchql.engine.precision.RateMeter`,
@@ -74,7 +78,6 @@ class EngineAllocator:
         self._decision = {"t": None, "reason": "not planned yet", "memory_bytes": None,
                           "cpu_units_per_s": None, "per_query": {}, "replans": 0}
         self._prev_calib: dict = {}
-        self._auto: dict = {}              # (query id, knob) -> the value the allocator last set
         self._k_ref: dict = {}             # query id -> pooled error factor of well-sampled groups
         self.history: list = []
 
@@ -468,11 +471,9 @@ class EngineAllocator:
                     sig = self._sig
                     qp.set_window_scale(sc)          # (it asks for a re-plan: this is the plan)
                     self._sig = sig
-                self._auto[(qp.q.id, "window_scale")] = qp.window_scale
             if self._sampler_free(qp) and m.varopt_factor is not None:
                 for smp in qp.samplers.values():
                     smp.set_mode(m.mode)
-                self._auto[(qp.q.id, "sampler")] = m.mode
         return x
 
     def _stat_sig(self, qp):
