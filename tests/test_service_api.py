@@ -315,3 +315,53 @@ def test_reader_told_what_the_engine_dropped():
     assert 0 < len(body["rows"]) <= 10
     assert body["missed"] + len(body["rows"]) == len(d["ts"])
     assert [r["row"]["ts"] for r in body["rows"]] == sorted(d["ts"])[-len(body["rows"]):]
+
+
+def _without_batch_route(app):
+    """The same app with the BatchRoute fast path taken out (requests then reach the FastAPI route)."""
+    from sketchql.service.batch_route import BatchRoute
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not BatchRoute]
+    app.middleware_stack = None
+    return app
+
+
+def test_batch_fast_path_answers_exactly_like_the_fastapi_route():
+    """Oracle: the declared FastAPI route (the fast path must be invisible to clients)."""
+    from service_server import arrow_body
+    d = _data(11, 60)
+    big = "x" * 200
+    reqs = [
+        ("POST", "/streams/A/batches", {"json": {"rows": _rows(d)[:20]}}),
+        ("POST", "/streams/A/batches", {"content": arrow_body({k: v[20:40] for k, v in d.items()}),
+                                        "headers": {"content-type": "application/vnd.apache.arrow.stream"}}),
+        ("POST", "/streams/A/batches", {"content": "\n".join(json.dumps(r) for r in _rows(d)[40:]).encode(),
+                                        "headers": {"content-type": "application/x-ndjson"}}),
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": "one", "v": 1.0, "ts": 30.0}]}}),   # type error
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 0.0}]}}),        # late
+        ("POST", "/streams/A/batches", {"content": b"{", "headers": {"content-type": "application/json"}}),
+        ("POST", "/streams/A/batches", {"content": b"a,b", "headers": {"content-type": "text/csv"}}),
+        ("POST", "/streams/A/batches", {"content": b"\xff\x00junk",
+                                        "headers": {"content-type": "application/vnd.apache.arrow.stream"}}),
+        ("POST", "/streams/Nope/batches", {"json": {"rows": []}}),
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 31.0, "pad": big}] * 40}}),  # 413
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 31.0 + i} for i in range(30)]}}),
+        ("POST", "/streams/A/batches/", {"json": {"rows": []}}),       # not the batch path: FastAPI answers both
+        ("GET", "/streams/A/batches", {}),
+    ]
+    lim = Limits(max_body_bytes=4000, max_batch_rows=25)
+    fast, slow = client(lim), client(lim)
+    _without_batch_route(slow.app)
+    outs = []
+    for c in (fast, slow):
+        _setup(c)
+        got = []
+        for method, path, kw in reqs:
+            r = c.request(method, path, **kw)
+            got.append((r.status_code, r.headers.get("content-type"), r.json()))
+        got.append(c.get("/metrics").text.count("sketchql_rows_rejected_total"))
+        got.append(c.get("/streams/A").json()["stats"])
+        outs.append(got)
+    assert outs[0] == outs[1]
+    statuses = [g[0] for g in outs[0][:len(reqs)]]
+    assert statuses[:3] == [200, 200, 200] and statuses[3:10] == [400, 400, 400, 415, 400, 404, 413]
+    assert statuses[10] == 413 and statuses[12] == 405

@@ -117,6 +117,109 @@ def test_torn_checkpoint_is_ignored(tmp_path):
     log.close()
 
 
+def _blocked_commit_client(tmp_path):
+    from fastapi.testclient import TestClient
+    from sketchql.service import create_app
+
+    app = create_app(demo=False, data_dir=str(tmp_path), sync=False)
+    c = TestClient(app)
+    c.__enter__()                      # one event loop for all requests (they run concurrently)
+    c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts; CREATE STREAM T (k INT) TIMESTAMP ts"})
+    return c, app.state.sketchql.store
+
+
+def _post_in_thread(c, name, ts, out):
+    def run():
+        out[name] = c.post(f"/streams/{name}/batches", json={"rows": [{"k": 1, "ts": ts}, {"k": 2, "ts": ts + 1}]})
+    th = threading.Thread(target=run)
+    th.start()
+    return th
+
+
+def _tuples_in(c, name):
+    return c.get(f"/streams/{name}").json()["stats"]["tuples_in"]
+
+
+def test_batch_is_answered_only_after_its_commit_and_the_fsync_wait_blocks_no_thread(tmp_path):
+    """The 2xx waits for the group commit covering the batch's record; meanwhile the ingest thread
+    applies the next batches (their records join the next commit) and other requests are served."""
+    c, store = _blocked_commit_client(tmp_path)
+    try:
+        out = {}
+        with store._db_lock:                               # the writer cannot commit
+            threads = [_post_in_thread(c, "S", 1.0, out), _post_in_thread(c, "T", 5.0, out)]
+            deadline = time.monotonic() + 30
+            while (_tuples_in(c, "S"), _tuples_in(c, "T")) != (2, 2):   # both applied, event loop free
+                assert time.monotonic() < deadline, "the second batch was not applied while the first waited"
+                time.sleep(0.02)
+            time.sleep(0.2)
+            assert not out and all(th.is_alive() for th in threads)        # neither acknowledged yet
+            assert store.durable_seq < store.last_seq
+        for th in threads:
+            th.join(30)
+        assert {k: r.status_code for k, r in out.items()} == {"S": 200, "T": 200}
+        assert max(r.json()["seq"] for r in out.values()) <= store.durable_seq
+        assert not store._waiters
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_a_batch_whose_log_cannot_be_written_gets_503(tmp_path):
+    c, store = _blocked_commit_client(tmp_path)
+    try:
+        out = {}
+        with store._db_lock:
+            th = _post_in_thread(c, "S", 1.0, out)
+            deadline = time.monotonic() + 30
+            while _tuples_in(c, "S") != 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            store.db.close()                               # the commit will fail: disk gone
+        th.join(30)
+        r = out["S"]
+        assert r.status_code == 503 and r.json()["error"]["type"] == "not_durable", r.text
+        assert "could not be made durable" in r.json()["error"]["message"]
+        r = c.post("/streams/S/batches", json={"rows": [{"k": 3, "ts": 9.0}]})
+        assert r.status_code == 503                        # and so is every later change
+    finally:
+        try:
+            c.__exit__(None, None, None)
+        except Exception:
+            pass
+
+
+def test_when_durable_futures(tmp_path):
+    import asyncio
+
+    from sketchql.service.durability import DataDirError
+
+    log = OpLog(str(tmp_path), sync=False)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert log.when_durable(None, loop) is None
+        with log._db_lock:
+            s1 = log.append("heartbeat", {"stream": "S", "ts": 1.0})
+            s2 = log.append("heartbeat", {"stream": "S", "ts": 2.0})
+            f1, f2 = log.when_durable(s1, loop), log.when_durable(s2, loop)
+            await asyncio.sleep(0.1)
+            assert not f1.done() and not f2.done()
+        await asyncio.wait_for(asyncio.gather(f1, f2), 30)
+        assert log.when_durable(s2, loop) is None and log.durable_seq >= s2
+        with log._db_lock:
+            s3 = log.append("heartbeat", {"stream": "S", "ts": 3.0})
+            f3 = log.when_durable(s3, loop)
+            log.db.close()
+        with pytest.raises(DataDirError, match="cannot be written"):
+            await asyncio.wait_for(f3, 30)
+        f4 = log.when_durable(log.append.__self__.last_seq + 1, loop)
+        with pytest.raises(DataDirError):
+            await f4
+
+    asyncio.run(main())
+    log.close()
+
+
 # ---------------------------------------------------------------------- a real server, SIGKILLed
 def _push(srv, cols, i):
     if i % 2:

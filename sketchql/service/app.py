@@ -72,9 +72,11 @@ from .. import __version__ as _VERSION
 from ..control import ControlError
 from ..errors import SketchQLError
 from . import models as M
+from .batch_route import BatchIngest, BatchRoute, log_unwritable
+from .durability import DataDirError
 from .dashboard import dashboard_redirect, router as dashboard_router
 from .errors import ApiError, limit_exceeded
-from .ingest import ARROW_TYPES, NDJSON_TYPES, media_type, parse_batch
+from .ingest import ARROW_TYPES, NDJSON_TYPES
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
 from .sse import result_events
@@ -298,6 +300,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         from .demo_glue import make_feeder
         feeder = make_feeder(state, seed=seed, options=demo_options)
     checkpointer = Checkpointer(state, checkpoint_every_tuples, checkpoint_interval_s)
+    ingest = BatchIngest(state, limits)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -309,6 +312,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         finally:
             if feeder is not None:
                 feeder.stop()
+            ingest.close()
             checkpointer.stop()
             if store is not None:
                 if store.ops_since_checkpoint:
@@ -356,12 +360,18 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         err = from_exception(exc)
         return JSONResponse(err.body(), status_code=err.status)
 
+    @app.exception_handler(DataDirError)
+    async def _log_unwritable(request, exc: DataDirError):
+        err = log_unwritable(exc)
+        return JSONResponse(err.body(), status_code=err.status)
+
     @app.exception_handler(Exception)
     async def _internal(request, exc: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
         err = ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}")
         return JSONResponse(err.body(), status_code=500)
 
+    app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
 
@@ -434,21 +444,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     @app.post("/streams/{name}/batches", tags=["streams"], response_model=M.BatchReceipt, responses=_ERR,
               openapi_extra=_BATCH_BODY)
     async def push_batch(name: str, request: Request):
-        schema = state.engine.catalog.get(name)                  # 404 before reading the body
-        if schema is None:
-            await run_in_threadpool(state.schema, name)
-        body = await read_body(request, limits.max_body_bytes)
-        ctype = request.headers.get("content-type")
-
-        def work():                                              # one thread-pool hop: parse, apply, log
-            try:
-                cols, n = parse_batch(body, ctype, schema, limits.max_batch_rows)
-            except ApiError as exc:
-                state.reject(schema.name, getattr(exc, "rows_seen", 0))
-                raise
-            raw = body if media_type(ctype) in ARROW_TYPES else None
-            return state.push(schema.name, cols, n, True, raw)
-        return await run_in_threadpool(work)
+        # served by the BatchRoute middleware (sketchql.service.batch_route) before FastAPI's routing;
+        # declared here for OpenAPI, and answering the same way if reached
+        return await ingest.ingest(name, lambda limit: read_body(request, limit), request.headers.get("content-type"))
 
     @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
     async def heartbeat(name: str, body: M.Heartbeat):

@@ -28,9 +28,10 @@ of one; the SHA-256 in the header rejects a torn file anyway.
 Group commit: :meth:`OpLog.append` only enqueues (it is called under the
 service lock, so sequence numbers follow the order in which operations were
 applied to the engine); a writer thread commits everything queued in one
-transaction and wakes the callers waiting in :meth:`OpLog.wait`.  The HTTP
-handler answers 2xx only after ``wait(seq)`` returned: an acknowledged
-operation is on disk.
+transaction and wakes the callers waiting in :meth:`OpLog.wait` (threads) or
+resolves the futures of :meth:`OpLog.when_durable` (event loops: the batch
+endpoint awaits its fsync without holding a thread).  The HTTP handler answers
+2xx only after the operation's commit: an acknowledged operation is on disk.
 
 Recovery (:meth:`sketchql.service.state.ServiceState.recover`): load the newest
 valid checkpoint (seq c), then apply the logged operations with seq > c in
@@ -164,6 +165,7 @@ class OpLog:
         self.last_checkpoint_s = None
         self.checkpoints = 0
         self._queue: list = []
+        self._waiters: list = []                   # (seq, loop, future) of async waiters (when_durable)
         self._ckpt_lock = threading.Lock()         # one checkpoint at a time
         self._cv = threading.Condition()
         self._error: Optional[BaseException] = None
@@ -209,6 +211,38 @@ class OpLog:
                     raise DataDirError(f"operation {seq} was not committed within {timeout} s")
                 self._cv.wait(left)
 
+    def when_durable(self, seq: Optional[int], loop):
+        """For an event loop: None if operation ``seq`` is already committed, else an
+        :class:`asyncio.Future` of ``loop`` that the writer thread resolves once it is (or fails with
+        :class:`DataDirError` if the log cannot be written).  No thread blocks while waiting, so a
+        request awaiting its fsync leaves the ingest thread free for the next batch (group commit)."""
+        if seq is None:
+            return None
+        with self._cv:
+            if self.durable_seq >= seq:
+                return None
+            fut = loop.create_future()
+            if self._error is not None:
+                fut.set_exception(DataDirError(f"the operation log cannot be written: {self._error}"))
+            else:
+                self._waiters.append((seq, loop, fut))
+            return fut
+
+    def _wake_async(self, error: Optional[BaseException] = None) -> None:
+        """Resolve the async waiters now covered by ``durable_seq`` (all of them on ``error``); under _cv."""
+        if not self._waiters:
+            return
+        done = self._waiters if error is not None else [w for w in self._waiters if w[0] <= self.durable_seq]
+        if not done:
+            return
+        self._waiters = [] if error is not None else [w for w in self._waiters if w[0] > self.durable_seq]
+        for _, loop, fut in done:
+            exc = None if error is None else DataDirError(f"the operation log cannot be written: {error}")
+            try:
+                loop.call_soon_threadsafe(_settle, fut, exc)
+            except RuntimeError:                     # that loop is closed: nobody is waiting any more
+                pass
+
     def _write_loop(self):
         while True:
             with self._cv:
@@ -227,12 +261,14 @@ class OpLog:
                 with self._cv:
                     self._error = exc
                     self._cv.notify_all()
+                    self._wake_async(exc)
                 return
             with self._cv:
                 self.durable_seq = max(self.durable_seq, batch[-1][0])
                 self.commits += 1
                 self.committed_ops += len(batch)
                 self._cv.notify_all()
+                self._wake_async()
 
     # -- reading ---------------------------------------------------------------------
     def ops_after(self, seq: int) -> Iterator[Op]:
@@ -340,6 +376,8 @@ class OpLog:
             self._closed = True
             self._cv.notify_all()
         self._writer.join(10)
+        with self._cv:
+            self._wake_async(self._error or DataDirError("the operation log was closed"))
         with self._db_lock:
             try:
                 self.db.close()
@@ -350,6 +388,16 @@ class OpLog:
             self._lockfh.close()
         except OSError:
             pass
+
+
+def _settle(fut, exc) -> None:
+    """Resolve an async durability waiter on its own loop (unless it was cancelled meanwhile)."""
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
 
 
 def wipe(path: str) -> None:
