@@ -60,6 +60,28 @@ def segment_starts(sorted_codes: np.ndarray) -> np.ndarray:
     return m
 
 
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for integer keys in ``[0, bound)``, on the narrowest
+    dtype: numpy radix-sorts 16-bit keys (O(n)), the same permutation as any stable sort."""
+    if bound <= np.iinfo(np.int16).max:
+        return np.argsort(keys.astype(np.int16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def time_ranks(at: np.ndarray) -> np.ndarray | None:
+    """Dense rank of each time of a non-decreasing ``at`` (equal times, equal ranks); None if
+    ``at`` is not sorted."""
+    if len(at) < 2:
+        return np.zeros(len(at), np.int64)
+    d = at[1:] != at[:-1]
+    if np.any(at[1:] < at[:-1]):
+        return None
+    r = np.empty(len(at), np.int64)
+    r[0] = 0
+    np.cumsum(d, out=r[1:])
+    return r
+
+
 def expand_matches(probe_codes: np.ndarray, build_codes_sorted: np.ndarray):
     """Equi-join by codes: (probe_idx, build_pos) pairs, build side pre-sorted.
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SketchQLError
 from ..changes import Batch, Changes
-from ._keys import KeyDict, fingerprints, segment_starts
+from ._keys import KeyDict, fingerprints, segment_starts, stable_order, time_ranks
 from .base import Operator, STR
 from .holistic import SortedPairs
 
@@ -230,8 +230,10 @@ class Aggregate(Operator):
             if a.column is not None and a.column not in ch.columns:
                 raise SketchQLError(f"aggregate column {a.column!r} not in the input {ch.names}")
         g = self._group_index(ch.rows)
-        o = np.argsort(g, kind="stable")              # input is sorted by (at, sign)
+        o = stable_order(g, len(self._cnt))           # input is sorted by (at, sign)
         g, at, s = g[o], ch.at[o], ch.sign[o].astype(np.int64)
+        rank = time_ranks(ch.at)                      # dense rank of each change time
+        rank = rank[o] if rank is not None else None
         n = len(g)
         self._work += n
         gstart = segment_starts(g)
@@ -309,7 +311,11 @@ class Aggregate(Operator):
         im, ip = np.flatnonzero(emit_minus), np.flatnonzero(emit_plus)
         at_p = at[pts]
         t_out = np.concatenate([at_p[im], at_p[ip]])
-        o_out = np.argsort(t_out, kind="stable")
+        if rank is not None:                          # the same order, sorting small integer ranks
+            r_p = rank[pts]
+            o_out = stable_order(np.concatenate([r_p[im], r_p[ip]]), int(rank.max(initial=0)) + 1)
+        else:
+            o_out = np.argsort(t_out, kind="stable")
         t_out = t_out[o_out]
         sel = np.concatenate([im, ip])[o_out]
         cols = {c: self._gkeys[c][gp[sel]] for c in self.group_by}
