@@ -24,8 +24,8 @@ row map) and off (every operator builds its private value layer):
   algorithm).
 
 Summary line keys: ``pt_single_index_memory_ratio_10q`` (10 queries / 1 on
-the shared layer, the larger of the selection and the aggregate ratios;
-target <= 1.2), ``pt_single_sel_ratio_10q``, ``pt_single_agg_ratio_10q``,
+the shared layer: the largest of the selection and aggregate ratios, of the
+whole index memory and of its value side alone; target <= 1.2), ``pt_single_sel_ratio_10q``, ``pt_single_agg_ratio_10q``,
 ``pt_single_private_ratio_10q`` (the same without sharing, for scale),
 ``pt_single_value_side_ratio_10q`` / ``pt_single_value_side_private_ratio_10q``
 (value side only, shared / private),
@@ -151,8 +151,8 @@ def main(argv=None):
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--rate", type=float, default=None)
     args = ap.parse_args(argv)
-    dur = args.duration or (40.0 if args.quick else 240.0)
-    rate = args.rate or (60.0 if args.quick else 300.0)
+    dur = args.duration or (40.0 if args.quick else 120.0)
+    rate = args.rate or (60.0 if args.quick else 150.0)
     data = generate(dur, rate)
     batch = 0.5
     print(f"stream S: {len(data[0]):,} tuples over {dur:g} s, window {W:g} s, batches of {batch:g} s")
@@ -176,7 +176,8 @@ def main(argv=None):
         vratio[kind] = (mem[10][2] / mem[1][2], mem[10][3] / mem[1][3])
         full = run(data, kind, 10, True, ample, batch)
         exact &= exact_check(data, full, kind)
-    ratio = max(ratios.values())
+    # headline: the stricter of the whole index memory and its value side alone
+    ratio = max(max(ratios.values()), max(v[0] for v in vratio.values()))
     pratio = max(priv.values())
     print(f"shared index memory 10 / 1 queries: selections {ratios['sel']:.3f}, aggregates {ratios['agg']:.3f}; "
           f"private layers: {priv['sel']:.3f}, {priv['agg']:.3f}")
