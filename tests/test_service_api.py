@@ -365,3 +365,35 @@ def test_batch_fast_path_answers_exactly_like_the_fastapi_route():
     statuses = [g[0] for g in outs[0][:len(reqs)]]
     assert statuses[:3] == [200, 200, 200] and statuses[3:10] == [400, 400, 400, 415, 400, 404, 413]
     assert statuses[10] == 413 and statuses[12] == 405
+
+
+def test_results_fast_path_answers_exactly_like_the_fastapi_route():
+    """Oracle: the FastAPI route with the ResultsRoute middleware taken out."""
+    from sketchql.service.results_route import ResultsRoute, plain_params
+
+    assert plain_params(b"since=3&limit=10") == {"since": 3, "limit": 10} and plain_params(b"") == {}
+    assert plain_params(b"since=3&since=4") is None and plain_params(b"since=-1") is None
+    assert plain_params(b"since=%33") is None and plain_params(b"x=1") is None
+
+    def run(c):
+        _setup(c)
+        qid = c.post("/queries", json={"sql": "SELECT k, v FROM A [RANGE 5 SECONDS] WHERE v > 9"}).json()["id"]
+        c.post("/streams/A/batches", json={"rows": _rows(_data(3, 40))})
+        qs = ["", "?since=0", "?since=0&limit=5", "?limit=3&since=2", "?since=7&limit=1000", "?limit=0",
+              "?limit=-5", "?since=-1", f"?since={10**26}", "?since=abc", "?since=1&since=2", "?since=%31",
+              "?since=999999", "?limit=501", "?limit=99999999", "?since=1&extra=2", "?since=+1"]
+        got = []
+        for q in qs:
+            for ident in (qid, 99, "abc", "0"):
+                r = c.get(f"/queries/{ident}/results{q}")
+                got.append((q, ident, r.status_code, r.headers.get("content-type"), r.content))
+        return got
+
+    fast, slow = client(Limits(max_results_limit=500)), client(Limits(max_results_limit=500))
+    slow.app.user_middleware = [m for m in slow.app.user_middleware if m.cls is not ResultsRoute]
+    slow.app.middleware_stack = None
+    a, b = run(fast), run(slow)
+    assert a == b
+    statuses = {s for _, _, s, _, _ in a}
+    assert {200, 404, 422} <= statuses
+    assert any(s == 200 and b'"rows":[{' in body for _, _, s, _, body in a)

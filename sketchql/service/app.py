@@ -73,6 +73,7 @@ from ..control import ControlError
 from ..errors import SketchQLError
 from . import models as M
 from .batch_route import BatchIngest, BatchRoute, log_unwritable
+from .results_route import ResultsRoute
 from .durability import DataDirError
 from .dashboard import dashboard_redirect, router as dashboard_router
 from .errors import ApiError, limit_exceeded
@@ -371,6 +372,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         err = ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}")
         return JSONResponse(err.body(), status_code=500)
 
+    app.add_middleware(ResultsRoute, state=state)           # plain cursor reads (results_route)
     app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
@@ -489,7 +491,8 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     async def results(qid: int, since: int = 0, limit: Optional[int] = None):
         # on the event loop: a read takes only its buffer's lock, never the engine's, so it does not wait
         # for a push (no thread-pool hop either); serialized directly -- the model documents it, but
-        # validating thousands of rows per poll would dominate the latency
+        # validating thousands of rows per poll would dominate the latency.  Plain reads are answered
+        # before this by the ResultsRoute middleware (sketchql.service.results_route), identically.
         return JSONResponse(state.results(qid, since, limit))
 
     @app.get("/queries/{qid}/stream", tags=["results"], responses={**_ERR, 200: {
