@@ -386,9 +386,11 @@ class EntryQueue:
         return int(nb)
 
     def stats(self) -> dict:
-        """Queued entries, table rows / capacity, bytes and what pruning dropped."""
-        d = dict(self.counts, queued=len(self.heap), table_rows=self.n, table_capacity=self._cap,
-                 bytes=self.nbytes)
+        """Queued entries (``entries``), preference, aging, table rows / capacity, bytes and what
+        pruning dropped (the queue's control table, :mod:`sketchql.engine.control_tables`)."""
+        nb = self.nbytes
+        d = dict(self.counts, entries=len(self.heap), queued=len(self.heap), preference=self.preference,
+                 aging=self.aging, table_rows=self.n, table_capacity=self._cap, nbytes=nb, bytes=nb)
         if self.table is not None:
             d["shared_table"] = self.table.stats()
         return d
