@@ -208,9 +208,11 @@ class PTJoinNode:
         if k.shape[0] and (k.min() < 0 or k.max() >= allr.shape[0]):
             from ..errors import SketchQLError
             raise SketchQLError("PT join over a shared index: the scan's arrivals do not match the rows fed")
-        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed
-        self._rows_base[side] += allr.shape[0]
-        self._rows_fed[side] = []
+        # a range / unbounded scan emits every fed tuple's +1 in the step it is fed; under the
+        # scheduler later steps' rows may already be fed: keep those
+        used = int(k.max()) + 1 if k.shape[0] else 0
+        self._rows_base[side] += used
+        self._rows_fed[side] = [allr[used:]] if used < allr.shape[0] else []
         return allr[k]
 
     def idle(self, units: float) -> None:
