@@ -158,8 +158,8 @@ def table(title, header, rows):
 # ---------------------------------------------------------------- joins
 def run_join(lam, window, duration, ups, source, seed=1, steady=False):
     arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
-    qs = [PTJoin(window=window, preference=p, fade=FADE, source=source, name=p, seed=seed)
-          for p in ("desc", "weighted", "asc")]
+    qs = [PTJoin(window=window, preference=p, fade=FADE, source=source, name=p, seed=seed,
+                 demand_shed=(p == "desc")) for p in ("desc", "weighted", "asc")]
     # desc runs on its own index: it sheds the arrivals whose entries the budget
     # cannot probe (admission.demand_fraction), weighted and asc need every value
     ops = {"desc": qs[0], "pt": PTJoinGroup(qs[1:], cpu="separate"),
@@ -250,7 +250,7 @@ def causal_budget(allowance, match_counts, bounds, probe=1.0, compare=1.0) -> fl
 def run_join_wall(lam, window, duration, fraction, seed=1):
     """desc PT-Join vs SIMPLE-SHJ on a wall-clock budget (``fraction`` of each gap, seconds)."""
     arr = interleave(generate_stores(2, duration=duration, mean_interarrival=lam, seed=seed))
-    ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed),
+    ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed, demand_shed=True),
            "shj": SimpleSHJ(window=window, max_backlog=fraction * TICK, name="shj")}
     t0 = time.perf_counter()
     replay(arr, ops, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=TICK)

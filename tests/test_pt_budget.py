@@ -8,6 +8,7 @@ import pytest
 
 from sketchql.approx import WorkBudget, evaluate_join, replay
 from sketchql.data import generate_stores, interleave
+from sketchql.errors import SketchQLError
 from sketchql.operators.promising import COSTS, PTJoin, PTJoinGroup
 
 BUDGETS = (1.0, 2.0, 5.0, 50.0)
@@ -109,7 +110,7 @@ def overloaded():
         q = PTJoin(window=16.0, preference="desc", demand_shed=ds, name=f"desc_{ds}")
         replay(arr, {"q": q}, WorkBudget(units_per_second=2000), tick_seconds=0.25)
         runs[ds] = q
-    g = [PTJoin(window=16.0, preference=p, name=p) for p in ("desc", "weighted")]
+    g = [PTJoin(window=16.0, preference=p, name=p, demand_shed=(p == "desc")) for p in ("desc", "weighted")]
     replay(arr, {"g": PTJoinGroup(g, cpu="separate")}, WorkBudget(units_per_second=2000), tick_seconds=0.25)
     return arr, runs, g
 
@@ -128,7 +129,9 @@ def test_demand_shedding_skips_inserts_the_budget_cannot_use(overloaded):
         assert st["work"] <= st["allowance"] + max(0.0, -st["account"]) + 1e-6
     r = evaluate_join(arr, 16.0, *runs[True].pairs())
     assert r["invalid"] == 0 and r["duplicates"] == 0
-    assert runs[True].demand_shed and not PTJoin(preference="weighted").demand_shed
+    assert runs[True].demand_shed and not PTJoin(preference="desc").demand_shed   # opt-in
+    with pytest.raises(SketchQLError):
+        PTJoin(preference="weighted", demand_shed=True)
 
 
 def test_demand_shedding_is_off_when_a_query_needs_every_value(overloaded):
@@ -141,7 +144,7 @@ def test_demand_shedding_is_off_when_a_query_needs_every_value(overloaded):
 
 def test_demand_shedding_keeps_everything_at_full_budget():
     arr = interleave(generate_stores(2, duration=12.0, mean_interarrival=0.01, seed=3))
-    q = PTJoin(window=8.0, preference="desc")
+    q = PTJoin(window=8.0, preference="desc", demand_shed=True)
     replay(arr, {"q": q}, WorkBudget.unlimited(), tick_seconds=0.25)
     assert q.stats()["shed"] == 0
     assert evaluate_join(arr, 8.0, *q.pairs())["pct_output"] == pytest.approx(100.0)

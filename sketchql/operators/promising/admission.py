@@ -27,9 +27,10 @@ Rules (:class:`~.join.PTJoin`):
   probe can meet its kept partners: the output shrinks like ``f``, not
   ``f^2``), of the row id for weighted (a uniform sample of tuples keeps
   the output a uniform sample of pairs).
-* *Demand* (desc): the planned entries tell what a kept arrival costs to
-  process in full -- ``D``, the mean estimated probe work (``probe + compare
-  * cell size`` over its regions) queued per planned arrival.  When the
+* *Demand* (desc, ``PTJoin(demand_shed=True)``): the planned entries tell
+  what a kept arrival costs to process in full -- ``D``, the mean
+  estimated probe work (``probe + compare * cell size`` over its regions)
+  queued per planned arrival.  When the
   tick's arrivals would queue far more work than its income can probe, the
   inserts of the excess only feed entries that are never probed; the share
   is then also capped at

@@ -130,18 +130,19 @@ class PTJoin(PairOutput):
     stratify : weighted only -- draw the sampling keys stratified per (join
         value, granularity) (default ``True``; see
         :meth:`EntryQueue._stratified_exponential`) rather than independently.
-    demand_shed : cap the share of arrivals ingested by the probe work they
-        queue (:func:`.admission.demand_fraction`: no inserts for entries the
-        budget can never probe); ``None`` (default) = for desc only (asc
-        prefers the rare values and weighted a uniform sample of the pairs:
-        both need every value's tuples).
+    demand_shed : desc only -- cap the share of arrivals ingested by the
+        probe work they queue (:func:`.admission.demand_fraction`: no inserts
+        for entries the budget can never probe).  Off by default: an index
+        shared with the engine holds every tuple anyway, and a query's answer
+        must not depend on whether its index is shared; asc (rare values) and
+        weighted (a uniform sample of the pairs) need every value's tuples.
     """
 
     def __init__(self, window: float = 60.0, preference: str = "desc", fade: float = 0.8,
                  streams=(0, 1), key: str = "item", seed: int = 0, source="index",
                  source_options: dict | None = None, outlier_quantile: float = 0.05,
                  weight: float = 1.0, name: str = "pt_join", aging=None, probe_batch="auto",
-                 stratify: bool = True, demand_shed=None):
+                 stratify: bool = True, demand_shed: bool = False):
         if not (window > 0):
             raise SketchQLError(f"PTJoin: window must be > 0 seconds, got {window!r}")
         if not (0 < fade <= 1):
@@ -173,7 +174,9 @@ class PTJoin(PairOutput):
         self._mean_cost = 16.0      # recent mean estimated units per entry (batch sizing)
         self._plan_cost = 1.0       # recent mean units of planning per arrival (admission)
         self._demand = None         # recent mean estimated probe units queued per planned arrival
-        self.demand_shed = (self.preference == "desc") if demand_shed is None else bool(demand_shed)
+        if demand_shed and self.preference != "desc":
+            raise SketchQLError(f"PTJoin: demand_shed is for desc only, got preference {self.preference!r}")
+        self.demand_shed = bool(demand_shed)
         self.demand_margin = 4.0    # kappa of admission.demand_fraction
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
