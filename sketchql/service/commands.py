@@ -16,7 +16,6 @@ FastAPI and uvicorn are imported only when the command runs.
 from __future__ import annotations
 
 import ipaddress
-import gc
 import os
 import sys
 
@@ -45,6 +44,7 @@ def _cmd_serve(args) -> int:
         return 2
     from .app import create_app
     from .auth import Auth, TokenConfigError, load_tokens
+    from . import gcpolicy
     from .durability import DataDirError
     from .limits import Limits
 
@@ -94,12 +94,8 @@ def _cmd_serve(args) -> int:
     # a push is a long GIL-holding computation; a shorter switch interval (default 5 ms) lets result
     # reads and SSE on the event loop in sooner while one runs (measured in benchmarks/bench_service.py)
     sys.setswitchinterval(args.switch_interval)
-    # full (generation-2) collections stop every thread while they walk every tracked object: with
-    # the modules, compiled kernels and recovered state loaded that took 50-117 ms per pass, the
-    # whole p99 of result reads (measured with gc.callbacks during benchmarks/bench_service.py).
-    # What exists now lives as long as the process: move it out of the collector's reach.
-    gc.collect()
-    gc.freeze()
+    # full collections stalled every thread for 20-100 ms (the p99 of result reads): see gcpolicy
+    gcpolicy.install()
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..control import ControlError, jsonable
 from ..errors import SketchQLError
+from . import gcpolicy
 from .errors import ApiError, from_exception, limit_exceeded, not_found
 from .limits import Limits
 from .results import Notifier, ResultLog, frame_records, json_number
@@ -167,6 +168,8 @@ class ServiceState:
             seq = self._log("ddl", {"sql": sql, "n": applied}) if applied else None
             if applied:
                 self._collect_all()
+                if any(type(x).__name__ == "Drop" for x in stmts[:applied]):
+                    gcpolicy.release()          # a dropped stream / summary may hold reference cycles
         self.wait_durable(seq)
         if err is not None:
             api = from_exception(err)
@@ -444,6 +447,7 @@ class ServiceState:
             self.engine.deregister(q)
             self.logs.pop(qid, None)
             seq = self._log("deregister", {"id": qid})
+        gcpolicy.release()                      # the query's plan may hold reference cycles
         self.notifier.notify()
         self.wait_durable(seq)
         return {"ok": True, "deleted": qid}
