@@ -195,6 +195,8 @@ def test_page_loads_offline_without_errors_and_charts_render(page, server):
         n_ops = len(server.get(f"/queries/{q['id']}")["operators"])
         assert len(page.query_selector_all(f"[data-plan='q{q['id']}'] .op")) == n_ops
     assert page.query_selector("[data-plan='q4'] .chip.q") is not None        # the PT join's queue
+    for chip in page.query_selector_all(".plan .chip.q"):                     # every queue says its length
+        assert "? entries" not in chip.inner_text(), chip.inner_text()
     assert "Allocator" in page.inner_text("#allocator")
     _shot(page, "plans-allocator")
 

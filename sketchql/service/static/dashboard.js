@@ -570,7 +570,10 @@ function planNode(node, byId) {
   for (const s of node.synopses || []) chips.append(el("span", { class: "chip syn", title: "synopsis", text: `synopsis: ${s.structure || s.kind || "?"}${isNum(s.rows) ? " · " + fmt(s.rows, "int") + " rows" : ""}` }));
   for (const qu of node.queues || []) {
     const qs = qu.stats || {};
-    chips.append(el("span", { class: "chip q", title: "queue", text: `${qu.name === "queue" ? "queue" : "queue " + qu.name}: ${fmt(qs.entries ?? qs.size ?? null, "int") ?? "?"} entries${isNum(qs.nbytes) ? " · " + fmt(qs.nbytes, "bytes") : ""}` }));
+    // the plan view gives a queue's length as ``rows`` (and ``bytes``); control tables as entries / nbytes
+    const n = qs.entries ?? qs.size ?? qu.rows ?? null;
+    const b = isNum(qs.nbytes) ? qs.nbytes : qu.bytes;
+    chips.append(el("span", { class: "chip q", title: qu.kind || "queue", text: `${qu.name === "queue" ? "queue" : "queue " + qu.name}: ${fmt(n, "int") ?? "?"} entries${isNum(b) ? " · " + fmt(b, "bytes") : ""}` }));
   }
   for (const [k, v] of Object.entries(node.knobs || {})) {
     if (typeof v === "object" && v !== null) continue;
