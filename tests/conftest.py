@@ -44,6 +44,16 @@ SLOW_TESTS = (
     "tests/test_service_demo.py::test_demo_promising_join_pairs_are_exact_matches",
     "tests/test_approx_knobs_more.py::test_sampler_choice_keeps_resources",
     "tests/test_index.py::test_memory_flat_over_long_stream",
+    "tests/test_promising_batch.py::test_unit_budget_work_stays_within_budget_plus_one_batch",
+    "tests/test_promising_batch.py::test_batched_selection_scans_the_same_regions_as_one_at_a_time[",
+    "tests/test_promising.py::test_tight_budget_output_is_exact_subset_without_duplicates[weighted]",
+    "tests/test_promising.py::test_tight_budget_output_is_exact_subset_without_duplicates[asc]",
+    "tests/test_promising.py::test_desc_beats_shj_on_output",
+    "tests/test_promising_aging.py::test_aging_makes_desc_find_fresh_pairs_under_overload[mini]",
+    "tests/test_engine_promising.py::test_every_minus_row_matches_an_earlier_plus[WITHIN 50",
+    "tests/test_sharing.py::test_shared_and_unshared_give_identical_results[chain]",
+    "tests/test_pt_full_budget.py::test_full_budget_group_and_mini_source[mini]",
+    "tests/test_metrics.py::test_no_join_operator_beats_the_upper_bound",
 )
 
 
