@@ -33,6 +33,31 @@ from collections import OrderedDict
 import numpy as np
 
 
+
+def append_columns(buf: dict, fields, cap: int, n: int, cols: dict, k: int) -> int:
+    """Write ``k`` rows of ``cols`` at row ``n`` of the growable column buffers ``buf`` (capacity
+    ``cap``, doubled when short; a column's dtype widened when the new values need it); returns
+    the capacity after."""
+    if n + k > cap:
+        cap = max(2 * cap, n + k, 1024)
+        for f in fields:
+            a = np.asarray(cols[f])
+            old = buf.get(f)
+            dt = a.dtype if old is None else np.result_type(old.dtype, a.dtype)
+            nb = np.zeros(cap, dt)
+            if old is not None:
+                nb[:n] = old[:n]
+            buf[f] = nb
+    for f in fields:
+        a = np.asarray(cols[f])
+        b = buf[f]
+        if not np.can_cast(a.dtype, b.dtype, "same_kind") or a.dtype.itemsize > b.dtype.itemsize:
+            nb = np.zeros(cap, np.result_type(b.dtype, a.dtype))
+            nb[:n] = b[:n]
+            buf[f] = b = nb
+        b[n:n + k] = a
+    return cap
+
 class SharedEntryTable:
     """Columnar entry blocks stored once for several queues (module doc)."""
 
@@ -92,25 +117,7 @@ class SharedEntryTable:
 
     def _append(self, cols: dict, k: int) -> None:
         n = self.n
-        if n + k > self._cap:
-            cap = max(2 * self._cap, n + k, 1024)
-            for f in self.fields:
-                a = np.asarray(cols[f])
-                old = self._buf.get(f)
-                dt = a.dtype if old is None else np.result_type(old.dtype, a.dtype)
-                nb = np.zeros(cap, dt)
-                if old is not None:
-                    nb[:n] = old[:n]
-                self._buf[f] = nb
-            self._cap = cap
-        for f in self.fields:
-            a = np.asarray(cols[f])
-            b = self._buf[f]
-            if not np.can_cast(a.dtype, b.dtype, "same_kind") or a.dtype.itemsize > b.dtype.itemsize:
-                nb = np.zeros(self._cap, np.result_type(b.dtype, a.dtype))
-                nb[:n] = b[:n]
-                self._buf[f] = b = nb
-            b[n:n + k] = a
+        self._cap = append_columns(self._buf, self.fields, self._cap, n, cols, k)
         self.n = n + k
 
     def gather(self, field: str, rows: np.ndarray) -> np.ndarray:

@@ -69,7 +69,7 @@ import math
 import numpy as np
 
 from ...errors import SketchQLError
-from .entrytable import LazyColumns, SharedEntryTable
+from .entrytable import LazyColumns, SharedEntryTable, append_columns
 from .runheap import RunHeap
 
 PREFERENCES = ("desc", "asc", "weighted")
@@ -148,25 +148,7 @@ class EntryQueue:
             self.n = n + k
             self.counts["pushed"] += k
             return np.arange(n, n + k)
-        if n + k > self._cap:
-            cap = max(2 * self._cap, n + k, 1024)
-            for f in self.fields:
-                a = np.asarray(cols[f])
-                old = self._buf.get(f)
-                dt = a.dtype if old is None else np.result_type(old.dtype, a.dtype)
-                nb = np.zeros(cap, dt)
-                if old is not None:
-                    nb[:n] = old[:n]
-                self._buf[f] = nb
-            self._cap = cap
-        for f in self.fields:
-            a = np.asarray(cols[f])
-            b = self._buf[f]
-            if not np.can_cast(a.dtype, b.dtype, "same_kind") or a.dtype.itemsize > b.dtype.itemsize:
-                nb = np.zeros(self._cap, np.result_type(b.dtype, a.dtype))
-                nb[:n] = b[:n]
-                self._buf[f] = b = nb
-            b[n:n + k] = a
+        self._cap = append_columns(self._buf, self.fields, self._cap, n, cols, k)
         self._arrays = None
         ids = np.arange(n, n + k)
         self.n = n + k
