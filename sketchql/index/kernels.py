@@ -482,6 +482,11 @@ class ProbeBuffers:
         self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr)
         self._refs = self._refcounts()
 
+    @property
+    def nbytes(self) -> int:
+        arrs = self.outs + (self._hash[2] or ())
+        return sum(a.nbytes for a in arrs)
+
     def _refcounts(self):
         import sys
         return [sys.getrefcount(a) for a in (self.mp, self.mreg, self.mv, self.mt, self.mr)]
@@ -504,10 +509,10 @@ class BufferPool:
     two sets and never allocates.  A result that is kept stays valid: its
     set is never written again while a view of it is alive (the pool then
     forgets it and allocates another).  Small results (or results that would
-    pin a buffer more than 4x their size) are copied as before.
+    pin a buffer more than 16x their size) are copied as before.
 
     Before a call the set is grown to 1.5x the matches the last call
-    produced per probe (so a stream whose output per call varies does not
+    produced per probe (at least doubling it) (so a stream whose output per call varies does not
     re-run the kernel on overflow, nor page-fault fresh arrays at every new
     maximum; the kernel still retries with larger arrays when it overflows).
 
@@ -515,7 +520,7 @@ class BufferPool:
     >>> pool = BufferPool(np.int64)
     >>> b = pool.get(10)
     >>> b.mp[:300] = 7
-    >>> kept = pool.take(b, 300, min_lend=1)       # fills > 1/4 of the set: lent, views of b's arrays
+    >>> kept = pool.take(b, 300, min_lend=1)       # fills > 1/16 of the set: lent, views of b's arrays
     >>> pool.get(10) is b, b.lent()                 # a live result holds b: another set
     (False, True)
     >>> del kept
@@ -544,18 +549,27 @@ class BufferPool:
             b = ProbeBuffers(vdtype=self.vdtype)
             self.sets.append(b)
         need = int(1.5 * P * self.rate)
-        if need > len(b.mp):
-            b.alloc(len(b.rp), need)
+        if need > len(b.mp):                # geometric: a slowly growing output re-allocates O(log) times
+            b.alloc(len(b.rp), max(need, 2 * len(b.mp)))
         return b
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the sets the pool holds (a set lent to a result the pool dropped is the result's)."""
+        return sum(s.nbytes for s in self.sets)
 
     def take(self, b: ProbeBuffers, nm: int, P: int = 0, fields=("mp", "mv", "mt", "mr", "mreg"),
              min_lend: int = MIN_LEND):
         """The first ``nm`` entries of ``b``'s match arrays ``fields``: views (lent) when the result
-        is large and fills at least a quarter of the set, copies otherwise; records the rate."""
+        is large and fills at least 1/16 of the set, copies otherwise; records the rate.
+
+        (A copy writes every output again into fresh, page-faulted memory: ~20 ns per output measured
+        at ~50k outputs, more than the probe kernel itself; so only a result that would pin a set more
+        than 16x its size is copied.)"""
         if P:
             self.rate = nm / P
         arrs = [getattr(b, f) for f in fields]
-        if nm >= min_lend and 4 * nm >= len(b.mp):
+        if nm >= min_lend and 16 * nm >= len(b.mp):
             return [a[:nm] for a in arrs]
         return [a[:nm].copy() for a in arrs]
 

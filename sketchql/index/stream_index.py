@@ -274,7 +274,9 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
     # ------------------------------------------------------------------ management
     @property
     def nbytes(self) -> int:
-        """Memory held: sketch tables of every pyramid level + tuple arrays."""
+        """Memory held: sketch tables of every pyramid level + tuple arrays.  The probe side's caches
+        are in :meth:`stats`: ``kernel_view_bytes`` (compiled view) and ``buffer_pool_bytes`` (recycled
+        output arrays); ``memory_bytes`` there is the sum of all three."""
         return sum(g.nbytes for g in self.grans)
 
     def stats(self) -> dict:
@@ -292,8 +294,12 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
             "zones_per_granularity": zpg,
             "tuples": tuples,
             "nbytes": self.nbytes,
+            "memory_bytes": self.nbytes + (self._kview.nbytes if self._kview is not None else 0)
+            + (self._kbuf.nbytes if self._kbuf is not None else 0),
             "sketch_bytes": sum(l.nbytes for g in self.grans for l in g.levels),
             "kernel_view_bytes": self._kview.nbytes if self._kview is not None else 0,
+            # recycled output arrays of the compiled probe / window scan (kernels.BufferPool)
+            "buffer_pool_bytes": self._kbuf.nbytes if self._kbuf is not None else 0,
             # the range side shared by PT selections / aggregates (sketchql.index.value_layer)
             "value_layer_bytes": layers_nbytes(self),
             "value_layers": [L.stats() for L in getattr(self, "_value_layers", {}).values()],
