@@ -17,7 +17,7 @@ from ..planner.plan import Plan, StreamStats, instantiate, plan_query, promising
 from ..planner.semantic import analyze
 from .batches import _validate
 from .control_tables import ControlTables
-from .index_adapter import _advance_indexes, _build_indexes, _feed_indexes
+from .index_adapter import _build_indexes
 from .query import Query
 from .streams import StreamHandle
 
@@ -46,7 +46,7 @@ class Engine:
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
         #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
         self.runtime = {"share_indexes": True, "share_plans": True, "scheduler": "inline", "quantum": 1024.0,
-                        "work_per_push": None}
+                        "work_per_push": None, "index_lockstep": True}
         from .constraints import ConstraintRegistry
         from .sharing import Sharing
         #: declared k-constraints of the streams, measured on the data (sketchql.engine.constraints)
@@ -54,6 +54,9 @@ class Engine:
         #: shared window stores and operators across queries (sketchql.engine.sharing)
         self.sharing = Sharing(self)
         self._selection_pool: dict = {}    # shared PT selections (planner.promising_single)
+        from .index_feed import IndexFeed
+        #: the shared indexes' feed, in lockstep with the PT joins that probe them (engine.index_feed)
+        self.index_feed = IndexFeed()
         self._explaining = False
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
         self.scheduler = None
@@ -238,6 +241,7 @@ class Engine:
         if self.runtime["share_plans"]:
             self.sharing.attach(query)
         self._queries[qid] = query
+        self.index_feed.attach(query)          # its shared PT indexes are fed in lockstep with it
         if self.scheduler is not None:
             from .runner import PlanRunner
             query._runner = PlanRunner(query)
@@ -245,6 +249,7 @@ class Engine:
             self._precision.on_register(query)
         except SketchQLError:
             self._queries.pop(qid, None)
+            self.index_feed.detach(query)
             raise
         # a query over streams that already have a clock starts there (no past data is replayed)
         clocks = [self._streams[s.schema.name.lower()].clock for s in plan.bound.streams]
@@ -311,6 +316,7 @@ class Engine:
     def deregister(self, query: Query):
         if self._queries.pop(query.id, None) is not None:
             self.sharing.detach(query)
+            self.index_feed.detach(query)
 
     @property
     def queries(self) -> list:
@@ -381,7 +387,8 @@ class Engine:
         self._slack_timeouts(exclude=h)
         if advanced:
             for decl in self.catalog.summaries_on(h.name):
-                _advance_indexes(decl, ts)
+                self.index_feed.advance(decl, ts)
+        self.index_feed.settle()
 
     # -- out-of-order input (sketchql.engine.ordering) -----------------------------------
     def _through_slack(self, h: StreamHandle, b: Batch) -> Batch:
@@ -415,8 +422,8 @@ class Engine:
         b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
-        for decl in self.catalog.summaries_on(h.name):
-            _feed_indexes(decl, b, first_row)
+        for decl in self.catalog.summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
+            self.index_feed.accept(decl, b, first_row)
         if len(b):
             h.clock = max(h.clock, float(b.ts[-1]))
         if h._slack is not None:                # nothing older than the watermark reaches the queries
@@ -426,6 +433,7 @@ class Engine:
         self.sharing.feed(h.name, b)
         self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
+        self.index_feed.settle()
 
     @property
     def _any_timeout(self) -> bool:
@@ -575,6 +583,11 @@ class Engine:
                               doc="PT queries probe the stream attribute's declared (or engine-declared) index "
                                   "instead of building private ones; applies to queries registered later",
                               effect={"memory": -1, "cpu": 0, "precision": 0}),
+        "index_lockstep": Knob("index_lockstep", True, "bool",
+                               doc="a shared index is fed in lockstep with the PT joins probing it (tuples beyond "
+                                   "their clock wait in an exact tail), so they see what a private index holds; "
+                                   "off: fed at the push (sketchql.engine.index_feed)",
+                               effect={"memory": 0, "cpu": 0, "precision": 0}),
     }
 
     def _knob_value(self, n):
@@ -596,6 +609,8 @@ class Engine:
                 self._set_scheduler(v)
             elif name == "quantum" and self.scheduler is not None:
                 self.scheduler.quantum = float(v)
+            elif name == "index_lockstep":
+                self.index_feed.lockstep = bool(v)
             self.runtime[name] = v
         else:
             self.budgets[name] = value

@@ -465,3 +465,31 @@ class RowMap:
     @property
     def nbytes(self) -> int:
         return int(self._r0.nbytes + self._s0.nbytes + self._ln.nbytes + self._tmax.nbytes)
+
+
+class layers_detached:
+    """Context manager: ``index.ingest`` inside it does not feed the attached value layers
+    (the engine fed them already, see :mod:`sketchql.engine.index_feed`).
+
+    >>> import numpy as np
+    >>> from sketchql.index import StreamIndex, SummaryDeclaration
+    >>> ix = StreamIndex(SummaryDeclaration("s", "S", "k", granularity=10.0, rate=2, depth=3))
+    >>> L = layer_of(ix, 5.0)
+    >>> with layers_detached(ix):
+    ...     _ = ix.ingest(np.array([1, 2]), np.array([1.0, 2.0]), np.array([0, 1]))
+    >>> L.stats()["tuples"], ix.stats()["tuples"]
+    (0, 2)
+    """
+
+    def __init__(self, index):
+        self.index = index
+        self._saved = None
+
+    def __enter__(self):
+        self._saved = self.index.__dict__.pop("_value_layers", None)
+        return self.index
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            self.index._value_layers = self._saved
+        return False

@@ -188,6 +188,9 @@ class PTJoinNode:
         self.row_sources: dict = {}
         self._rows_fed = [[], []]          # stream rows fed to each side's scan, in scan rid order
         self._rows_base = [0, 0]           # scan rid of the first row in _rows_fed
+        #: called with (indexes, now) before a step: the engine brings its shared indexes up to
+        #: ``now`` (sketchql.engine.index_feed), so they hold what a private index would
+        self.before_step = None
 
     @property
     def shared(self) -> bool:
@@ -224,6 +227,8 @@ class PTJoinNode:
 
     # -- protocol of the exact operators ------------------------------------
     def step(self, now: float, *inputs) -> Optional[Changes]:
+        if self.before_step is not None:
+            self.before_step([src.ix for src in self.op.sources], now)
         arr, rids = [], []
         for side, ch in enumerate(inputs):
             if ch is None or not len(ch):

@@ -702,7 +702,9 @@ class ServiceState:
             if ix is None:
                 raise ApiError(422, "bad_parameter", f"summary {d.name!r} has no attribute {attr!r} "
                                f"(has {list(d.index)})", parameter="attr")
-            out = estimate_summary(ix, d.name, values, t_from, t_to, confidence)
+            feed = getattr(self.engine, "index_feed", None)    # tuples a PT join's index has not ingested yet
+            out = estimate_summary(feed.reader(ix) if feed is not None else ix, d.name, values, t_from, t_to,
+                                   confidence)
             out["origin"] = "live"
             return out
 

@@ -172,6 +172,9 @@ class SummaryRegistry:
 def _kind(obj) -> str:
     from ..summaries import CountSketch
 
+    kind = getattr(type(obj), "summary_kind", None)     # a read view of an index (engine.index_feed)
+    if kind:
+        return kind
     return "countsketch" if isinstance(obj, CountSketch) else ("index" if type(obj).__name__ == "StreamIndex"
                                                               else type(obj).__name__)
 
