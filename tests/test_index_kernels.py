@@ -370,3 +370,60 @@ def test_hot_cells_cell_ordered_copy():
                 used.append(int(ix._kview.hot.cn[0]))
     hot_n = ix._kview.hot.n
     assert used[-1] == hot_n and -1 in used[:1]          # first call: linked walk; 40 probes: the copy
+
+
+def test_sort_cells_is_a_stable_sort_by_value_per_cell():
+    """kernels.sort_cells == numpy's stable argsort of each cell (NaN last, -0.0 == 0.0 keep their order)."""
+    rng = np.random.default_rng(12)
+    for V in (rng.integers(0, 5, 400), np.where(rng.random(400) < 0.1, np.nan, rng.integers(-2, 3, 400) * 0.5)):
+        V = V.copy()
+        V[V == 0] = np.where(rng.random(int((V == 0).sum())) < 0.5, -0.0, 0.0)
+        T, R = rng.random(400), np.arange(400)
+        length = np.array([0, 1, 37, 2, 160, 200])
+        start = np.concatenate([[0], np.cumsum(length)[:-1]])
+        sV, sT, sR = V.copy(), T.copy(), R.copy()
+        kernels.sort_cells(sV, sT, sR, start, length)
+        for s, n in zip(start, length):
+            o = np.argsort(V[s:s + n], kind="stable") + s
+            assert np.array_equal(sR[s:s + n], R[o]) and np.array_equal(sT[s:s + n], T[o])
+            assert np.array_equal(np.signbit(sV[s:s + n]), np.signbit(V[o]))
+        kernels.sort_cells(sV, sT, sR, start, length)                # already sorted: unchanged
+        assert np.array_equal(sR[:400], R[np.concatenate([np.argsort(V[s:s + n], kind="stable") + s
+                                                          for s, n in zip(start, length)])])
+
+
+@pytest.mark.parametrize("structure", ["T1", "T4"])
+def test_value_sorted_cells_keep_arrival_order_of_matches(structure):
+    """Sketch structures keep their cells sorted by value for the compiled probe (binary search of the
+    key's run); the matches and their order must stay those of the arrival-ordered cells: float
+    values with 0.0 / -0.0 (equal keys), many values per cell, out-of-order arrivals, cold zones
+    (CSR), the hot zone's copy and its linked lists.  Against the numpy path and brute force."""
+    rng = np.random.default_rng(21)
+    n = 3000
+    v = rng.integers(-3, 9, n) * 0.5
+    v[v == 0] = np.where(rng.random(int((v == 0).sum())) < 0.5, -0.0, 0.0)
+    t = np.sort(rng.uniform(0, 120, n)) + rng.uniform(-1.5, 0, n) * (rng.random(n) < 0.2)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=2, w=16, allowed_lateness=2.0,
+                                       min_estimate=0.0))
+    for i in range(0, n, 150):
+        ix.ingest(v[i:i + 150], t[i:i + 150])
+        for P in (3, 60):                                  # linked hot walk / cell-ordered hot copy
+            keys = rng.choice(np.array([0.0, -0.0, 0.5, 1.5, 4.0, 7.0]), P)
+            hi = rng.uniform(ix.clock - 30, ix.clock + 1, P)
+            lo = hi - rng.uniform(5, 60, P)
+            m = ix.probe_many(keys, lo, hi, with_regions=True)
+            assert_same(m, reference(ix, keys, lo, hi, fade=1.0), structure)
+    assert ix._kview is not None
+    stored = set(ix.window_tuples(-np.inf, np.inf).row_ids.tolist())
+    want = {(p, r) for p, r in brute_matches(v, t, keys, lo, hi) if r in stored}
+    got = set(zip(m.probe.tolist(), m.row_ids.tolist()))
+    if structure == "T1":
+        assert got == want
+    assert got <= want and len(got) > 0
+    kv = ix._kview
+    for node, _ in kv.held.items():                     # the CSR's cells are sorted by value (sketch only)
+        B = kv.B
+        for c in range(node * B, (node + 1) * B):
+            cell = kv.Vc[kv.cstart[c]:kv.cstart[c] + kv.clen[c]]
+            assert (structure == "T1") or (np.diff(cell) >= 0).all()

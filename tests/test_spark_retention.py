@@ -3,9 +3,7 @@
 Oracle: one StreamIndex fed *all* rows in (ts, row id) order in one call.
 No Spark session needed (the modules are pure numpy).
 """
-import json
 import math
-import struct
 
 import numpy as np
 import pytest
@@ -37,15 +35,9 @@ def _rows(seed, T1, horizon):
 
 
 def _canon(ix) -> bytes:
-    """to_bytes, with T4's G1 slot capacity blanked: it is the most G1 zones any period ever
-    needed (never shrinks), so any cut ingest may write a smaller one; nothing else differs."""
-    b = ix.to_bytes()
-    if ix.config.structure != "T4":
-        return b
-    hl = struct.unpack_from("<HI", b, 4)[1]
-    head = json.loads(b[10:10 + hl])
-    head["grans"][0]["cap"] = None
-    return json.dumps(head, sort_keys=True).encode() + b[10 + hl:]
+    """to_bytes (canonical: the slot capacity it writes is the smallest holding the zones, not the
+    live one, which only grows)."""
+    return ix.to_bytes()
 
 
 def _full(decl, cfg, k, ts, rid):

@@ -220,6 +220,9 @@ class KernelView:
         o = c.offsets
         self.cstart[node * B:(node + 1) * B] = base + o[:-1]
         self.clen[node * B:(node + 1) * B] = o[1:] - o[:-1]
+        if self.sketch and kernels.ENABLED:                  # cells by value (stable): see kernels.sort_cells
+            kernels.sort_cells(self.Vc, self.Tc, self.Rc, self.cstart[node * B:(node + 1) * B],
+                               self.clen[node * B:(node + 1) * B])
         self.live_cold += c.n
         self.held[node] = (z.id, z.n)
 

@@ -68,11 +68,13 @@ class PersistSide:
 
         Each cell's tuples are written in (timestamp, row id) order (equal to
         arrival order for an in-order stream); zone ids, cell handles, wall-clock
-        and work counters are not part of the bytes.
+        and work counters are not part of the bytes, and a granularity's slot
+        capacity is written as the smallest power of two holding its zones (the
+        live capacity only grows).
         """
         arrays: list[np.ndarray] = []
         grans = []
-        for g in self.grans:
+        for gi, g in enumerate(self.grans):
             zs = []
             for z in g.zones():
                 c = Chunk.concat(z.chunks, canonical=True) if z.chunks else None
@@ -89,7 +91,11 @@ class PersistSide:
                 if z.total is not None:
                     arrays += [z.total, z.pending]
                 zs.append(ent)
-            grans.append({"period_start": g.period_start, "cap": g.cap, "zones": zs})
+            # the slot capacity only grows (the most zones any period ever needed): written as the
+            # smallest one that holds these zones, so equal contents give equal bytes however they were
+            # built (a pruned or partitioned build may never have needed the larger one)
+            need = max([self._cap0[gi]] + [z.slot + 1 for z in g.zones()])
+            grans.append({"period_start": g.period_start, "cap": 1 << (need - 1).bit_length(), "zones": zs})
         head = {"decl": self.decl.to_dict(), "config": self.config.to_dict(), "clock": self.clock,
                 "next_row": self._next_row, "g1_next_reason": self._g1_next_reason,
                 "vdtype": None if self._vdtype is None else self._vdtype.str, "grans": grans,

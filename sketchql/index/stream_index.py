@@ -138,6 +138,7 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
         for i in range(m):
             cap = (1 if self._adaptive else cfg.g1_zones) if i == 0 else self._n
             self.grans.append(Granularity(i + 1, cap, self._shape))
+        self._cap0 = tuple(g.cap for g in self.grans)        # initial slot capacities (to_bytes' canonical cap)
         # G1-period units: zone length and period length of each granularity (i >= 1)
         self._zone_periods = [1] + [R ** i // self._n for i in range(1, m)]
         self._period_periods = [1] + [R ** i for i in range(1, m)]
