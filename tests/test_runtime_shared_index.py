@@ -235,3 +235,24 @@ def test_lockstep_tail_keeps_estimates_and_value_layers_current():
     assert eng.index_feed.tail_rows(ixa) == 0 and ixa.stats()["tuples"] == 6
     assert layer.stats()["tuples"] == 6                      # not fed twice
     assert sorted(q.snapshot()["k"].tolist()) == [1, 1, 1, 2, 2]         # the brute-force join
+
+
+def test_private_equivalence_is_defined_only_where_it_holds():
+    """``IndexFeed.private_equivalent``: a filtered join (its private index would hold only its
+    own input), another consumer of the index reading other streams, or lockstep off make
+    equality with private indexes undefined; the bench counts only the defined ones."""
+    eng = Engine(seed=1)
+    eng.execute(DDL + "; CREATE STREAM C (k INT, v DOUBLE) TIMESTAMP ts")
+    plain = eng.register(JOIN.format(pref="desc", budget=5))
+    filt = eng.register(JOIN.format(pref="desc", budget=5).replace("A.k = B.k", "A.k = B.k AND A.v > 0.5"))
+    feed = eng.index_feed
+    assert feed.private_equivalent(plain) == (True, "")
+    ok, why = feed.private_equivalent(filt)
+    assert not ok and "filtered" in why
+    other = eng.register("SELECT A.k FROM A, C WHERE A.k = C.k WITH PREFERENCE desc A.k WINDOW 30 SECONDS")
+    ok, why = feed.private_equivalent(plain)
+    assert not ok and f"query {other.id}" in why                  # C's clock paces A's index too
+    eng.deregister(other)
+    assert feed.private_equivalent(plain) == (True, "")
+    eng.set_control("index_lockstep", False)
+    assert feed.private_equivalent(plain) == (False, "index_lockstep is off")

@@ -596,7 +596,8 @@ class Engine:
     def control_table(self) -> ControlTable:
         st = {"streams": len(self._streams), "tables": len(self._tables), "queries": len(self._queries),
               "summaries": len(self.catalog.summaries), "seed": self.seed,
-              "scheduler": self.scheduler.stats() if self.scheduler is not None else {"strategy": "inline"}}
+              "scheduler": self.scheduler.stats() if self.scheduler is not None else {"strategy": "inline"},
+              "index_feed": self.index_feed.stats()}
         knobs = {n: spec.with_value(self._knob_value(n)) for n, spec in self.KNOB_SPECS.items()}
         return ControlTable("engine", "engine", st, knobs)
 

@@ -231,6 +231,34 @@ class IndexFeed:
             if f is not None:
                 f(adv)
 
+    # -- when the answers equal a private index's -------------------------------------
+    def private_equivalent(self, query, scheduler=None) -> tuple:
+        """``(True, "")`` when ``query``'s PT answers on the shared index are, by construction,
+        those on private indexes with the same seed and budget (module doc), else ``(False,
+        reason)``: the index is fed in lockstep, the engine runs inline, the join reads its
+        streams unfiltered and unsampled, and every consumer of its indexes joins the same
+        streams (so steps at the same clocks)."""
+        nodes = [n for n in query.plan.nodes if n.kind == "pt_join"]
+        if not nodes:
+            return False, "no PT join"
+        if not self._lockstep:
+            return False, "index_lockstep is off"
+        if scheduler is not None:
+            return False, "a scheduler may run an older step after a newer one"
+        streams = {s.schema.name.lower() for s in query.bound.streams}
+        for node in nodes:
+            if not getattr(node.op, "shared", False):
+                return False, "private indexes"
+            for c in node.children:
+                p = c.params or {}
+                if p.get("filter_fns") or p.get("sample") not in (None, 1.0):
+                    return False, f"{p.get('alias', 'a stream')} is filtered or sampled before the join"
+            for src in node.op.op.sources:
+                for q, _ in self._consumers.get(id(src.ix), []):
+                    if {s.schema.name.lower() for s in q.bound.streams} != streams:
+                        return False, f"query {q.id} probes the same index from other streams"
+        return True, ""
+
     # -- readers ------------------------------------------------------------------
     def tail_rows(self, ix) -> int:
         t = self._tails.get(id(ix))
@@ -253,8 +281,13 @@ class IndexFeed:
         for k in list(self._tails):
             self._release(k, np.inf, forced=False)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tails (key, ts, row per waiting tuple)."""
+        return int(sum(a.nbytes for t in self._tails.values() for part in (t.keys, t.ts, t.rids) for a in part))
+
     def stats(self) -> dict:
-        return {"lockstep": self._lockstep,
+        return {"lockstep": self._lockstep, "tail_bytes": self.nbytes,
                 "indexes_with_consumers": sum(1 for v in self._consumers.values() if v),
                 "tail_rows": sum(len(t) for t in self._tails.values()),
                 "released_rows": self.released_rows, "forced_rows": self.forced_rows}

@@ -33,7 +33,12 @@ class SharedIndexSource(IndexSource):
       clock) -- the per-query filter applied at probe time.  ``work`` still
       counts every tuple compared (the cell is shared);
     * ``regions`` / ``total`` / ``cell_end*`` / ``rest_cells*`` read the shared
-      index as is (estimates over the whole stream).
+      index as is: estimates over the whole stream, not only the query's
+      filtered / sampled input.  The engine feeds the index in lockstep with
+      its PT joins (:mod:`sketchql.engine.index_feed`): at a step to ``now``
+      it holds the stream up to ``now`` -- what a private index of an
+      unfiltered query holds -- so the estimates, cell sizes and choices are
+      those of a private index with the same seed and budget.
 
     Memory: 8 bytes (two int32 offsets) per accepted tuple of the last ``w``
     seconds (plus the current ingest), against the index's sketch tables and
