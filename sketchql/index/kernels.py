@@ -30,7 +30,7 @@ same computation in a few loops over an incrementally maintained view
 - :func:`scan_window`: the raw-window join of structure T1 (paper Figure 9):
   the window's tuples sorted by time, per probe a binary search of
   ``(t_from, t_to]`` and a linear comparison of the values in it
-  (:func:`scan_window_emit`: the same, writing the matching tuples).
+  (one kernel, :func:`scan_window_emit`, writing the matching tuples).
 - maintenance helpers: :func:`arena_append` (the hot zone's per-bucket
   linked lists), :func:`pyramid_ranges`, :func:`row_norms_into` /
   :func:`row_median_into` (exact row norms and F2 medians of pyramid nodes),
@@ -470,38 +470,14 @@ def _upper(T, x):
 
 
 @numba.njit(cache=True)
-def scan_window_into(V, T, keys, tf, tt, mp, mj):
+def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
     """Raw-window join: V/T sorted by time; per probe, tuples with t_from < ts <= t_to and V == key.
 
-    Fills (probe, position) of the matches in (probe, position) order as far
-    as ``mp``/``mj`` go; returns (n_matches, work) with work = tuples
-    compared (the window sizes).  See :func:`scan_window`.
-    """
-    P = keys.shape[0]
-    cap = mp.shape[0]
-    nm = 0
-    work = 0
-    for p in range(P):
-        a = _upper(T, tf[p])
-        e = _upper(T, tt[p])
-        key = keys[p]
-        if e > a:
-            work += e - a
-        for j in range(a, e):
-            if V[j] == key:
-                if nm < cap:
-                    mp[nm] = p
-                    mj[nm] = j
-                nm += 1
-    return nm, work
-
-
-@numba.njit(cache=True)
-def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
-    """:func:`scan_window_into` that writes the matches themselves: probe, value, ts and row id.
-
-    Same order and counts as :func:`scan_window_into` (matches beyond the
-    arrays' length are only counted); returns (n_matches, work).
+    Writes the matches (probe, value, ts, row id) in (probe, position)
+    order as far as the arrays go (beyond, matches are only counted);
+    returns (n_matches, work) with work = tuples compared (the window
+    sizes).  :func:`scan_window` is the same kernel with row ids =
+    positions.
     """
     P = keys.shape[0]
     cap = mp.shape[0]
@@ -529,11 +505,13 @@ def _cap(n: int) -> int:
 
 
 def scan_window(V, T, keys, tf, tt, cap: int = 256):
-    """:func:`scan_window_into` with outputs sized as needed: (n_matches, probe, position, work)."""
+    """:func:`scan_window_emit` reporting positions in V instead of row ids, with outputs sized as
+    needed: (n_matches, probe, position, work)."""
+    R = np.arange(len(V), dtype=np.int64)
     while True:
         mp = np.empty(cap, dtype=np.int64)
         mj = np.empty(cap, dtype=np.int64)
-        nm, work = scan_window_into(V, T, keys, tf, tt, mp, mj)
+        nm, work = scan_window_emit(V, T, R, keys, tf, tt, mp, np.empty(cap, dtype=V.dtype), np.empty(cap), mj)
         if nm <= cap:
             return nm, mp, mj, work
         cap = _cap(nm)
