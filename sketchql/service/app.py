@@ -72,7 +72,7 @@ from .. import __version__ as _VERSION
 from ..control import ControlError
 from ..errors import SketchQLError
 from . import models as M
-from .batch_route import BatchIngest, BatchRoute, log_unwritable
+from .batch_route import BatchIngest, BatchRoute, SettleReads, log_unwritable
 from .results_route import ResultsRoute
 from .durability import DataDirError
 from .dashboard import dashboard_redirect, router as dashboard_router
@@ -305,6 +305,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
 
     @asynccontextmanager
     async def lifespan(app):
+        ingest.start()
         if feeder is not None:
             feeder.start()
         checkpointer.start()
@@ -373,6 +374,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         return JSONResponse(err.body(), status_code=500)
 
     app.add_middleware(ResultsRoute, state=state)           # plain cursor reads (results_route)
+    app.add_middleware(SettleReads, state=state)            # reads see every batch admitted before them
     app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
@@ -403,7 +405,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
             out = {"status": "ok", "version": _VERSION, "streams": len(state.engine.catalog.streams),
                    "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
                    "durable": store is not None, "recovery": state.recovery,
-                   "checkpoint_error": checkpointer.error}
+                   "checkpoint_error": checkpointer.error, "apply": state.applier.status()}
+            if state.applier.error_count:      # an acknowledged batch the engine failed to apply
+                out["status"] = "degraded"
         if feeder is not None:
             s = feeder.status()
             out["demo"] = {k: s[k] for k in ("running", "finished", "clock", "pushed", "error")}

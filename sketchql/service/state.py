@@ -9,7 +9,12 @@ write, summary load) is one *operation*: under the lock it is applied to the
 engine, appended to the operation log (:mod:`sketchql.service.durability`,
 when the state has a data directory) and the results of every query are
 collected into their buffers; outside the lock the caller waits until the
-operation is committed, then answers 2xx.  Recovery (:meth:`recover`) loads
+operation is committed, then answers 2xx.  An HTTP batch is the exception
+(:meth:`admit`): validated and logged under the admission lock only, then
+applied by the apply thread (:mod:`sketchql.service.applier`) in log order;
+``state.lock`` is an :class:`~sketchql.service.applier.ExclusiveLock` that
+applies every queued batch before it is held, so every other operation and
+every locked read sees them (read-your-writes).  Recovery (:meth:`recover`) loads
 the newest checkpoint and applies the logged operations after it the same
 way, so the state after a restart equals the state before the crash for
 everything acknowledged.
@@ -43,6 +48,7 @@ import numpy as np
 from ..control import ControlError, jsonable
 from ..errors import SketchQLError
 from . import gcpolicy
+from .applier import ApplyQueue, ExclusiveLock
 from .errors import ApiError, from_exception, limit_exceeded, not_found
 from .limits import Limits
 from .results import Notifier, ResultLog, frame_records, json_number
@@ -63,14 +69,22 @@ class ServiceState:
     ``auth``: an :class:`~sketchql.service.auth.Auth` (None: no tokens configured).
     """
 
-    def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None):
+    def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None,
+                 max_pending: int = 4):
         if engine is None:
             from ..engine import Engine
             engine = Engine(seed=seed)
         self.engine = engine
         self.seed = int(seed)
         self.limits = limits or Limits()
-        self.lock = threading.RLock()
+        # engine_lock: the engine itself (the apply thread holds it per batch); admit_lock: admissions
+        # (seq order = apply order); lock: both + every queued batch applied first (see applier)
+        self.engine_lock = threading.RLock()
+        self.admit_lock = threading.RLock()
+        self.applier = ApplyQueue(self.engine_lock, self._apply_admitted, max_pending=max_pending,
+                                  on_error=self._apply_failed)
+        self.lock = ExclusiveLock(self.admit_lock, self.engine_lock, self.applier)
+        self._admit_clock: dict = {}                # stream -> latest time admitted (applied or queued)
         self.logs: dict[int, ResultLog] = {}
         self.summaries = SummaryRegistry(self.limits.max_summaries, self.limits.max_summary_file_bytes,
                                          self.limits.summary_roots)
@@ -222,17 +236,20 @@ class ServiceState:
                     "tables": [self.describe_stream(t.name) for t in cat.tables]}
 
     def _count_reject(self, name: str, n: int, reason: str):
-        self.rejected_rows[name] += n
-        self.rejected_batches[name] += 1
-        self.rejected_by_reason[(name, reason)] += n
+        with self.http_lock:                   # counters only: taken from admission, apply and reads alike
+            self.rejected_rows[name] += n
+            self.rejected_batches[name] += 1
+            self.rejected_by_reason[(name, reason)] += n
 
-    def _check_jump(self, schema, ts: np.ndarray, n: int):
-        """Refuse times more than ``max_time_jump`` s ahead of the stream clock (or of the batch's
-        earliest time when the stream has no clock yet)."""
+    def _check_jump(self, schema, ts: np.ndarray, n: int, clock: float | None = None):
+        """Refuse times more than ``max_time_jump`` s ahead of the stream clock (``clock``: the clock
+        including batches admitted but not applied yet; default the engine's), or of the batch's
+        earliest time when the stream has no clock yet."""
         jump = self.limits.max_time_jump
         if jump is None or schema.is_table or not len(ts):
             return
-        clock = self.engine.stream(schema.name).clock
+        if clock is None:
+            clock = self.engine.stream(schema.name).clock
         ts = np.asarray(ts, dtype=np.float64)
         finite = np.isfinite(ts)
         if not finite.any():
@@ -247,6 +264,91 @@ class ServiceState:
                            f"than max_time_jump={jump:g} s ahead of {what} {ref:g}; the whole batch is refused "
                            f"(raise --max-time-jump if such jumps are real)", stream=schema.name, row=r,
                            column_name=schema.timestamp, limit="max_time_jump")
+
+    # -- asynchronous ingest: admit (validate + log) now, apply in log order on the apply thread -----
+    BUSY = "busy"
+
+    def admit(self, name: str, columns: dict, n: int, raw: bytes | None = None, block: bool = True):
+        """Validate a parsed batch fully, log it and queue it for the apply thread; the receipt, or
+        None when this stream needs the synchronous :meth:`push` (a stream with a slack buffer, whose
+        acceptance depends on the buffer's state).  Raises :class:`ApiError` for a refused batch
+        (counted; nothing logged or queued).
+
+        The checks are the engine's own (:func:`sketchql.engine.batches._validate`: columns, types,
+        NaN / infinite times, lateness) plus ``max_time_jump``, both against the stream's clock
+        *including the batches still queued* -- the clock the engine will have when this batch is
+        applied -- so an admitted batch cannot be refused later.  The receipt's ``clock`` is that clock
+        after this batch.  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
+        instead of waiting for the admission lock or for room in the apply queue."""
+        from .durability import encode_columns
+
+        if not block:
+            if not self.admit_lock.acquire(blocking=False):
+                return self.BUSY
+            if self.applier.pending >= self.applier.max_pending:
+                self.admit_lock.release()
+                return self.BUSY
+        else:
+            self.admit_lock.acquire()          # admissions in seq order; excludes ``with self.lock``
+        try:
+            return self._admit(name, columns, n, raw, encode_columns)
+        finally:
+            self.admit_lock.release()
+
+    def _admit(self, name, columns, n, raw, encode_columns):
+        from ..engine.batches import _validate
+
+        schema = self._schema(name)
+        key = schema.name.lower()
+        if schema.is_table:
+            h, clock, lateness = None, -np.inf, 0.0
+        else:
+            h = self.engine.stream(schema.name)
+            if h._slack is not None or h._knobs.get("slack", 0.0) > 0:
+                return None
+            prev = self._admit_clock.get(key)
+            clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
+            lateness = h._knobs["allowed_lateness"]
+            tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
+            if tcol is not None:
+                try:
+                    ts = np.asarray(columns[tcol], dtype=np.float64)
+                except (TypeError, ValueError):
+                    ts = None                  # not numeric: _validate reports it below
+                if ts is not None:
+                    self._check_jump(schema, ts, n, clock)
+        try:
+            b = _validate(schema, columns, clock, lateness)
+        except SketchQLError as exc:
+            if h is not None:
+                h.rejected_batches += 1
+            self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
+            raise from_exception(exc, stream=schema.name) from None
+        seq = None
+        if self.store is not None and not self.replaying:
+            if raw is not None:
+                seq = self.store.append("push", {"stream": schema.name, "format": "arrow"}, raw, n)
+            else:
+                seq = self.store.append("push", {"stream": schema.name, "format": "columns"},
+                                        encode_columns(columns), n)
+        if h is not None and len(b):
+            clock = max(clock, float(b.ts[-1]))
+            self._admit_clock[key] = (h, clock)
+        self.applier.put(_Admitted(schema.name, columns, n, seq))
+        return {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
+                "seq": seq}
+
+    def _apply_admitted(self, item) -> None:
+        """The apply thread's work for one admitted batch (engine lock held)."""
+        self.engine.push(item.stream, item.columns)
+        self._collect_all()
+
+    def _apply_failed(self, item, exc) -> None:
+        self._count_reject(item.stream, item.n, "apply_error")
+
+    def when_applied(self, loop):
+        """For reads on an event loop: None, or a future resolved once every batch admitted so far is applied."""
+        return self.applier.when_applied(loop)
 
     def push(self, name: str, columns: dict, n: int, wait: bool = True, raw: bytes | None = None) -> dict:
         """Push one parsed batch; a refused batch changes nothing (and is counted). Returns the receipt
@@ -290,10 +392,11 @@ class ServiceState:
         return {"stream": schema.name, "accepted": n, "clock": json_number(clock), "seq": seq}
 
     def reject(self, name: str, n: int = 0, reason: str = "invalid"):
-        with self.lock:
-            schema = self.engine.catalog.get(name)
-            if schema is not None:
-                self._count_reject(schema.name, n, reason)
+        """Count a batch refused before admission (unparsable body).  Takes no engine lock: it may run
+        on the event loop while the apply thread works."""
+        schema = self.engine.catalog.get(name)
+        if schema is not None:
+            self._count_reject(schema.name, n, reason)
 
     def heartbeat(self, name: str, ts, wait: bool = True) -> dict:
         with self.lock:
@@ -823,6 +926,17 @@ class ServiceState:
         else:
             raise ValueError(f"unknown logged operation {op.kind!r}")
         self._collect_all()
+
+
+class _Admitted:
+    """One admitted batch waiting for the apply thread."""
+    __slots__ = ("stream", "columns", "n", "seq")
+
+    def __init__(self, stream, columns, n, seq):
+        self.stream, self.columns, self.n, self.seq = stream, columns, n, seq
+
+    def describe(self) -> str:
+        return f"stream {self.stream}, {self.n} rows, log seq {self.seq}"
 
 
 def _clean(x, drop=()):

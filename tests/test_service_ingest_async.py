@@ -1,0 +1,261 @@
+"""Asynchronous apply of HTTP batches (sketchql.service.applier): a 2xx means validated and durable, the
+engine applies the batch afterwards in log order.  Checked here with the apply held back by a gate:
+every refusal still happens before the answer (types, lateness and the time-jump bound against the clock
+*including queued batches*), reads wait for what was acknowledged before them (read-your-writes), other
+mutations apply in log order, the queue is bounded, an apply error is reported and not lost, a crash with
+batches still queued loses none of them, and a checkpoint taken meanwhile includes them."""
+import logging
+import threading
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sketchql.service.app import create_app
+from sketchql.service.durability import OpLog
+from sketchql.service.limits import Limits
+from sketchql.service.state import ServiceState
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def arrow(cols) -> bytes:
+    import pyarrow as pa
+
+    t = pa.table({k: pa.array(v) for k, v in cols.items()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue().to_pybytes()
+
+
+def batch(k, ts):
+    return {"k": np.asarray(k, dtype=np.int64), "ts": np.asarray(ts, dtype=np.float64)}
+
+
+class Gate:
+    """Holds the apply thread before each engine push until opened."""
+
+    def __init__(self, state):
+        self.open_ = threading.Event()
+        self.entered = threading.Event()
+        orig = state.applier._apply
+
+        def gated(item):
+            self.entered.set()
+            self.open_.wait(30)
+            orig(item)
+
+        state.applier._apply = gated
+
+    def open(self):
+        self.open_.set()
+
+
+def _app(tmp_path=None, **kw):
+    app = create_app(demo=False, data_dir=None if tmp_path is None else str(tmp_path), sync=False, **kw)
+    return app, app.state.sketchql
+
+
+def test_ack_before_apply_and_reads_wait_for_acknowledged_batches():
+    app, st = _app()
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        qid = c.post("/queries", json={"sql": "SELECT k FROM S [NOW]"}).json()["id"]
+        gate = Gate(st)
+        r = c.post("/streams/S/batches", content=arrow(batch([1, 2, 3], [0.5, 1.0, 1.5])),
+                   headers={"content-type": ARROW})
+        assert r.status_code == 200 and r.json()["accepted"] == 3 and r.json()["clock"] == 1.5
+        gate.entered.wait(10)
+        assert st.engine.stream("S").tuples_in == 0 and st.applier.pending + 1 == st.applier.admitted - \
+            st.applier.applied                                       # acknowledged, not applied yet
+        got = {}
+
+        def read():
+            got["res"] = c.get(f"/queries/{qid}/results?since=0&limit=10").json()
+            got["stream"] = c.get("/streams/S").json()
+
+        th = threading.Thread(target=read)
+        th.start()
+        th.join(0.5)
+        assert th.is_alive(), "a read must wait for the batches acknowledged before it"
+        gate.open()
+        th.join(30)
+        assert sorted(r["row"]["k"] for r in got["res"]["rows"]) == [1, 2, 3]
+        assert got["stream"]["stats"]["tuples_in"] == 3
+
+
+def test_every_refusal_happens_before_the_answer_against_the_queued_clock():
+    app, st = _app(limits=Limits(max_time_jump=10.0))
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        gate = Gate(st)
+        post = lambda cols: c.post("/streams/S/batches", content=arrow(cols), headers={"content-type": ARROW})
+        assert post(batch([1], [100.0])).status_code == 200
+        gate.entered.wait(10)
+        assert post(batch([2], [105.0])).status_code == 200       # queued: the engine clock is still unset
+        late = post(batch([3], [104.0]))                          # older than the queued clock 105
+        assert late.status_code == 400 and "older than the stream clock 105" in late.json()["error"]["message"]
+        jump = post(batch([4], [116.0]))                          # > 105 + 10, though the engine has no clock
+        assert jump.status_code == 400 and jump.json()["error"]["type"] == "TimeJumpError"
+        bad = c.post("/streams/S/batches", content=arrow({"k": ["x"], "ts": [106.0]}), headers={"content-type": ARROW})
+        assert bad.status_code == 400 and "'k'" in bad.json()["error"]["message"]
+        frac = post({"k": np.array([1.5]), "ts": np.array([106.0])})
+        assert frac.status_code == 400 and "INT" in frac.json()["error"]["message"]
+        gate.open()
+        s = c.get("/streams/S").json()["stats"]
+        assert s["tuples_in"] == 2 and s["clock"] == 105.0
+        reasons = s["rejected_rows_by_reason"]
+        assert reasons == {"late": 1, "time_jump": 1, "invalid": 2}
+        assert st.applier.error_count == 0
+
+
+def test_other_mutations_apply_in_log_order(tmp_path):
+    app, st = _app(tmp_path)
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        gate = Gate(st)
+        assert c.post("/streams/S/batches", content=arrow(batch([1, 2], [1.0, 2.0])),
+                      headers={"content-type": ARROW}).status_code == 200
+        gate.entered.wait(10)
+        out = {}
+        th = threading.Thread(target=lambda: out.update(hb=c.post("/streams/S/heartbeat", json={"ts": 5.0})))
+        th.start()
+        th.join(0.5)
+        assert th.is_alive(), "a heartbeat waits for the queued batch to be applied first"
+        gate.open()
+        th.join(30)
+        assert out["hb"].status_code == 200 and out["hb"].json()["clock"] == 5.0
+        late = c.post("/streams/S/batches", content=arrow(batch([3], [4.0])), headers={"content-type": ARROW})
+        assert late.status_code == 400
+        kinds = [o.kind for o in st.store.ops_after(0)]
+        assert kinds == ["ddl", "push", "heartbeat"]
+
+
+def test_apply_queue_is_bounded():
+    st = ServiceState(max_pending=2)
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    gate = Gate(st)
+    done = []
+
+    def admit(i):
+        st.admit("S", batch([i], [float(i)]), 1)
+        done.append(i)
+
+    first = threading.Thread(target=admit, args=(0,))
+    first.start()
+    first.join(10)
+    gate.entered.wait(10)                       # item 0 is being applied (held), the queue is empty
+    ths = [threading.Thread(target=admit, args=(i,)) for i in (1, 2, 3)]
+    for th in ths:
+        th.start()
+        th.join(0.3)
+    assert st.applier.pending == 2 and sorted(done) == [0, 1, 2], "the third waiting admission must block"
+    gate.open()
+    for th in ths:
+        th.join(30)
+    with st.lock:
+        assert st.engine.stream("S").tuples_in == 4 and sorted(done) == [0, 1, 2, 3]
+
+
+def test_an_apply_error_is_reported_loudly_and_the_next_batches_apply(caplog):
+    app, st = _app()
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        real = st.engine.push
+        calls = []
+
+        def flaky(name, cols):
+            calls.append(len(cols["k"]))
+            if len(calls) == 2:
+                raise RuntimeError("simulated engine bug")
+            return real(name, cols)
+
+        st.engine.push = flaky
+        with caplog.at_level(logging.ERROR, logger="sketchql.service"):
+            for i in range(3):
+                r = c.post("/streams/S/batches", content=arrow(batch([i], [float(i)])), headers={"content-type": ARROW})
+                assert r.status_code == 200
+            health = c.get("/health").json()
+        assert health["status"] == "degraded" and health["apply"]["errors"] == 1
+        assert "simulated engine bug" in health["apply"]["last_errors"][0]["error"]
+        assert any("simulated engine bug" in rec.getMessage() for rec in caplog.records)
+        assert 'reason="apply_error"' in c.get("/metrics").text
+        assert c.get("/streams/S").json()["stats"]["tuples_in"] == 2      # batches 0 and 2
+
+
+def test_queued_batches_survive_a_crash(tmp_path):
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    st.register("SELECT k FROM S [NOW]")
+    gate = Gate(st)                               # never opened: the process "dies" with batches queued
+    bodies = [batch(np.arange(i * 5, i * 5 + 5), np.arange(i * 5, i * 5 + 5) * 0.1) for i in range(4)]
+    seqs = [st.admit("S", b, 5, arrow(b))["seq"] for b in bodies]
+    st.store.wait(seqs[-1])                       # acknowledged = durable
+    gate.entered.wait(10)
+    assert st.engine.stream("S").tuples_in == 0
+    st.store.close()                              # no checkpoint, no drain: like kill -9
+    again = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    info = again.recover()
+    assert not info["errors"] and info["replayed_tuples"] == 20
+    rows = again.results(1, 0, 100)["rows"]
+    assert sorted(r["row"]["k"] for r in rows) == list(range(20))
+    assert again.engine.stream("S").tuples_in == 20
+    again.store.close()
+
+
+def test_a_checkpoint_taken_while_batches_are_queued_includes_them(tmp_path):
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    gate = Gate(st)
+    for i in range(3):
+        st.admit("S", batch([i], [float(i)]), 1)
+    gate.entered.wait(10)
+    out = {}
+    th = threading.Thread(target=lambda: out.update(ck=st.checkpoint()))
+    th.start()
+    th.join(0.3)
+    assert th.is_alive()                          # the snapshot waits for the queued batches
+    gate.open()
+    th.join(30)
+    assert out["ck"]["seq"] == st.store.last_seq
+    st.store.close()
+    again = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    info = again.recover()
+    assert info["replayed_ops"] == 0 and again.engine.stream("S").tuples_in == 3
+    again.store.close()
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "arrow"])
+def test_acknowledged_results_equal_the_in_process_engine(fmt):
+    rng = np.random.default_rng(5)
+    batches = []
+    for i in range(12):
+        ts = np.sort(rng.uniform(i, i + 1, 50))
+        batches.append({"k": rng.integers(0, 7, 50).astype(np.int64), "ts": ts})
+    sql = "SELECT k, COUNT(*) AS n FROM S [RANGE 3 SECONDS] GROUP BY k"
+    app, st = _app()
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        qid = c.post("/queries", json={"sql": sql}).json()["id"]
+        for b in batches:
+            if fmt == "arrow":
+                body, ct = arrow(b), ARROW
+            else:
+                body = "\n".join(f'{{"k": {k}, "ts": {t!r}}}' for k, t in zip(b["k"].tolist(), b["ts"].tolist()))
+                body, ct = body.encode(), "application/x-ndjson"
+            assert c.post("/streams/S/batches", content=body, headers={"content-type": ct}).status_code == 200
+        res = c.get(f"/queries/{qid}/results?since=0&limit=10000").json()
+    want = _sync_rows(batches, sql)
+    assert len(want) > 50
+    assert [(r["sign"], r["at"], r["row"]["k"], r["row"]["n"]) for r in res["rows"]] == want
+
+
+def _sync_rows(batches, sql):
+    """The rows of the synchronous path (ServiceState.push: engine push then collect) on the same batches."""
+    st = ServiceState(seed=7)
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    qid = st.register(sql)["id"]
+    for b in batches:
+        st.push("S", dict(b), len(b["ts"]))
+    return [(r["sign"], r["at"], r["row"]["k"], r["row"]["n"]) for r in st.results(qid, 0, 10000)["rows"]]
