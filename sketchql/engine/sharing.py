@@ -49,6 +49,20 @@ fresh at its registration (no past data is replayed).  Hence:
 * the PT queues of a late query hold different arrival numbers, so identical
   entry blocks cannot occur (its blocks go to the shared table as its own).
 
+Checked for the one kind whose state is "fully determined by the window
+contents", a grouped aggregate over RANGE w (``operators/exact/aggregate.py``):
+its output rids are a counter of the ``+`` rows it emitted since it started,
+so after the states coincide a hand-over would still need a per-group map from
+the running operator's current rids to the late query's and an offset for the
+new ones; and COUNT / SUM / AVG are *running* sums (adds and subtracts since
+the start), so over DOUBLE the running operator's sums carry the rounding of
+tuples that left the window long ago and differ in the last bits from a fresh
+operator's over the same window (measured: ``SUM(v) ... [RANGE 10] GROUP
+BY k`` registered at t = 0 and at t = 40, 50 tuples/s of v in [0, 1000): at
+t = 100 the sums differ by up to 3e-11, COUNT and MAX are equal).  Only
+COUNT, MIN / MAX and integer sums would be bit-identical; a hand-over limited
+to them, with that rid translation, is not implemented.
+
 So a later query with an identical subexpression gets its own operators (and
 EXPLAIN lists only the store as shared); queries registered at the same data
 time share everything identical.
