@@ -427,3 +427,29 @@ def test_value_sorted_cells_keep_arrival_order_of_matches(structure):
         for c in range(node * B, (node + 1) * B):
             cell = kv.Vc[kv.cstart[c]:kv.cstart[c] + kv.clen[c]]
             assert (structure == "T1") or (np.diff(cell) >= 0).all()
+
+
+def test_hot_copy_is_laid_out_at_ingest_once_used():
+    """Once a probe batch read the hot zone's cell-ordered copy, each ingest into that zone rebuilds the
+    copy right after the append (value-sorted cells for sketch structures): it then equals a fresh
+    layout, and the next probe (which reuses it) still equals the numpy reference."""
+    decl = SummaryDeclaration("s", "S", "a", granularity=1000.0, rate=2, depth=2)
+    ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
+    rng = np.random.default_rng(9)
+    ix.ingest(rng.integers(0, 9, 300), np.sort(rng.uniform(0, 10, 300)))
+    keys = rng.integers(0, 9, 60)
+    ix.probe_many(keys, 0.0, 10.0)
+    h = ix._kview.hot
+    assert h.cn[0] == h.n                                  # the probe built the copy
+    for step in range(1, 4):
+        ix.ingest(rng.integers(0, 9, 200), np.sort(rng.uniform(10 * step, 10 * step + 10, 200)))
+        h = ix._kview.hot
+        assert h.cn[0] == h.n == 300 + 200 * step          # rebuilt by the ingest, before any probe
+        got = (h.cV[:h.n].copy(), h.cR[:h.n].copy())
+        h.lay_out(True)
+        assert np.array_equal(got[0], h.cV[:h.n]) and np.array_equal(got[1], h.cR[:h.n])
+        for b in range(4):                                 # each cell sorted by value
+            s, n = h.cstart[b], h.count[b]
+            assert (np.diff(h.cV[s:s + n]) >= 0).all()
+        lo, hi = np.full(60, 10.0 * step - 15), np.full(60, 10.0 * step + 10)
+        assert_same(ix.probe_many(keys, lo, hi, with_regions=True), reference(ix, keys, lo, hi), "T4")
