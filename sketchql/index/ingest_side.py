@@ -91,6 +91,14 @@ class IngestSide:
                 z = self._new_zone(i + 1, slot, q * zp * self.decl.granularity, "collapse")
                 z.kstart = q * zp
             z.absorb(olds)
+            # each merged zone's time range: its handles keep scanning only its own tuples
+            # (query_side.scan_matching_many(bounded=True)); dropped with the alias
+            span = self.__dict__.setdefault("_alias_span", {})
+            for o in olds:
+                span[o.id] = (o.min_ts, o.max_ts)
+            if len(span) > 2 * len(self._alias) + 64:
+                for a in [a for a in span if a not in self._alias and a not in self._zones]:
+                    del span[a]
             for o in olds:
                 z.aliases.append(o.id)
                 z.aliases.extend(o.aliases)

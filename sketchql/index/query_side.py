@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from ..errors import SummaryError
 from ..summaries.hashing import as_key_array
-from . import kernels
+from . import cellscan, kernels
 from .kview import KernelView
 from .query import GranPart, QueryView
 from .results import Matches, Regions, ScanResult, cell_handle, split_cell
@@ -561,11 +561,16 @@ class QuerySide:
         self.counters["tuples_compared"] += len(r)
         return ScanResult(v, t, r, work=len(r))
 
-    def scan_matching(self, cell: int, value, t_from: float, t_to: float) -> ScanResult:
+    def scan_matching(self, cell: int, value, t_from: float, t_to: float, bounded: bool = False) -> ScanResult:
         """The tuples of ``cell`` equal to ``value`` with t_from < ts <= t_to (the probe of a region).
 
-        work = tuples compared (the whole cell).
+        work = tuples compared (the whole cell); ``bounded=True``: only the
+        window's part of the cell, see :meth:`scan_matching_many`.
         """
+        if bounded:
+            m = self.scan_matching_many(np.array([int(cell)], np.int64), self._keys(value, "scan_matching")[:1],
+                                        t_from, t_to, bounded=True)
+            return ScanResult(m.values, m.timestamps, m.row_ids, work=m.work)
         zid, b = split_cell(int(cell))
         z = self._resolve(int(zid))
         if z is None or z.n == 0:
@@ -576,12 +581,22 @@ class QuerySide:
         self.counters["tuples_compared"] += len(r)
         return ScanResult(v[m], t[m], r[m], work=len(r))
 
-    def scan_matching_many(self, cells, values, t_from, t_to) -> Matches:
+    def scan_matching_many(self, cells, values, t_from, t_to, bounded: bool = False) -> Matches:
         """Vectorized ``scan_matching`` over K (cell, value, window) rows.
 
         ``values``, ``t_from``, ``t_to`` are length-K arrays (or scalars);
         ``Matches.region`` (and ``.probe``) give the input row of each match.
-        work = tuples compared, summed over rows.
+        work = tuples compared, summed over rows (the whole cells).
+
+        ``bounded=True`` (:mod:`sketchql.index.cellscan`): a cell whose
+        timestamps are sorted (arrival order = time order) is searched for
+        the window's run and only that run is compared; work = comparisons
+        made (searches + run; unsorted cells in full).  A handle of a zone
+        that COLLAPSE merged into another scans only the tuples of its own
+        zone (its time range at the merge, kept by the index: the merged
+        cell's other tuples were another handle's), so probes queued before
+        a merge do not meet the same pairs twice.  Same matches as
+        ``bounded=False`` for a live zone's handle.
         """
         cells = np.asarray(cells, dtype=np.int64).reshape(-1)
         K = len(cells)
@@ -592,6 +607,8 @@ class QuerySide:
             raise SummaryError(f"scan_matching_many: {K} cells but {len(keys)} values")
         tf, tt = self._window(K, t_from, t_to)
         zids, bks = split_cell(cells)
+        if bounded:
+            return self._scan_bounded(zids, bks, keys, tf, tt)
         parts, work = [], 0
         for zid in np.unique(zids):
             z = self._resolve(int(zid))
@@ -612,6 +629,34 @@ class QuerySide:
             m = (c.values[pos] == keys[r]) & (t > tf[r]) & (t <= tt[r])
             sel = pos[m]
             parts.append((r[m], c.values[sel], t[m], c.rids[sel]))
+        return self._scan_result(parts, work)
+
+    def _scan_bounded(self, zids, bks, keys, tf, tt) -> Matches:
+        """``scan_matching_many(..., bounded=True)``: one :func:`cellscan.scan_cells` per zone."""
+        span = getattr(self, "_alias_span", None) or {}
+        live = self._zones
+        parts, work = [], 0
+        for zid in np.unique(zids).tolist():
+            z = self._resolve(zid)
+            if z is None or z.n == 0:
+                continue
+            rows = np.flatnonzero(zids == zid)
+            lo_r, hi_r = tf[rows], tt[rows]
+            if zid not in live and zid in span:       # a merged zone's handle: its own time range only
+                s_lo, s_hi = span[zid]
+                lo_r = np.maximum(lo_r, np.nextafter(s_lo, -np.inf))
+                hi_r = np.minimum(hi_r, s_hi)
+            c = z.compact()
+            srt = cellscan.chunk_sorted(z, c)
+            r, pos, w = cellscan.scan_cells(c.values, c.ts, c.offsets, bks[rows], keys[rows],
+                                            np.ascontiguousarray(lo_r), np.ascontiguousarray(hi_r),
+                                            z.min_ts <= lo_r, z.max_ts > hi_r, srt)
+            work += w
+            if pos.shape[0]:
+                parts.append((rows[r], c.values[pos], c.ts[pos], c.rids[pos]))
+        return self._scan_result(parts, work)
+
+    def _scan_result(self, parts, work) -> Matches:
         self.counters["tuples_compared"] += work
         if not parts:
             e = self._empty_scan()

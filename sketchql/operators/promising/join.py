@@ -96,6 +96,7 @@ from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, dem
                         keep_mask, plan_count, plan_rows, time_chunks, BatchTimer)
 from .queue import EntryQueue, check_preference
 from .sources import make_source
+from .valueheat import ValueHeat
 
 _FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind", "size")
 #: most entries popped per batch, and the first wall-clock batch (before calibration)
@@ -177,7 +178,10 @@ class PTJoin(PairOutput):
         if demand_shed and self.preference != "desc":
             raise SketchQLError(f"PTJoin: demand_shed is for desc only, got preference {self.preference!r}")
         self.demand_shed = bool(demand_shed)
-        self.demand_margin = 4.0    # kappa of admission.demand_fraction
+        # desc's demand shedding keeps the heaviest join values (.valueheat)
+        self._heat = ValueHeat(seed, half_life=(self.window / 2 if math.isfinite(self.window) else 30.0)) \
+            if self.demand_shed else None
+        self.demand_margin = 2.0    # kappa of admission.demand_fraction
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
         self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
@@ -339,12 +343,23 @@ class PTJoin(PairOutput):
         tuples and the source maps the rows it is given in order)."""
         if any(hasattr(src, "bind") for src in self.sources):
             return None   # a shared index (fed by the engine) holds every tuple anyway: nothing to shed
+        keys = getattr(batch, self.key)
+        heavy = None
         if fraction is None:
-            f = min(ingest_fraction(income, len(batch), self._insert_price()),
-                    self._demand_fraction(income, len(batch)))
+            f_in = ingest_fraction(income, len(batch), self._insert_price())
+            f_d = self._demand_fraction(income, len(batch))
+            f = min(f_in, f_d)
+            if self._heat is not None:
+                # demand shedding keeps the heaviest values (valueheat): a sample of
+                # every arrival is counted, one insert per counted arrival
+                k = self._heat.observe(keys, batch.seq, float(batch.ts[-1]))
+                self._charge(COSTS["insert"] * k, "insert_work")
+                if f_d < f_in:
+                    heavy = self._heat.keep(keys, f)
         else:
             f = fraction
-        keep = keep_mask(getattr(batch, self.key), batch.seq, f, self.seed, self.preference != "weighted")
+        keep = heavy if heavy is not None else keep_mask(keys, batch.seq, f, self.seed,
+                                                         self.preference != "weighted")
         if keep is not None:
             self._stats["shed"] += int((~keep).sum())
         return keep

@@ -182,7 +182,9 @@ class IndexSource:
                 depth = min(depth + 1, 16)
             decl = SummaryDeclaration(name, name, "key", granularity=float(granularity), rate=int(rate),
                                       depth=int(depth))
-            cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=64, w=256, seed=seed)
+            # 256 value buckets of 64-counter sketches: the sketch memory of 64 x 256, but a
+            # cell holds a quarter of the other values (compares without output, issue 16)
+            cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=256, w=64, seed=seed)
             index = StreamIndex(decl, cfg)
         self.ix = index
         self.t1 = float(index.decl.granularity)
@@ -217,7 +219,7 @@ class IndexSource:
         return r.probe, r.cell, r.estimate, r.granularity, prio, r.n_tuples, int(r.visited)
 
     def scan(self, cell, value, t_from, t_to):
-        s = self.ix.scan_matching(int(cell), value, t_from, t_to)
+        s = self.ix.scan_matching(int(cell), value, t_from, t_to, bounded=True)
         return s.row_ids, s.timestamps, int(s.work)
 
     def cell_end_many(self, cells) -> np.ndarray:
@@ -256,11 +258,14 @@ class IndexSource:
         return out
 
     def scan_many(self, cells, values, t_from, t_to):
-        """One :meth:`StreamIndex.scan_matching_many` call for K rows."""
+        """One :meth:`StreamIndex.scan_matching_many` call for K rows,
+        ``bounded``: only the window's part of each cell is compared (and
+        charged), a merged zone's handle scans only its own zone's tuples
+        (:mod:`sketchql.index.cellscan`)."""
         cells = np.asarray(cells, np.int64)
         if cells.shape[0] == 0:
             return _sorted_matches([], 0)
-        m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to)
+        m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to, bounded=True)
         return _sorted_matches([(np.asarray(m.region, np.int64), m.row_ids, m.timestamps)], int(m.work))
 
     def rest_cells_many(self, values, t_from, t_to):
