@@ -156,116 +156,6 @@ def _median5(a, b, c, d, e):
     return min(a, d)                                   # the smallest of a <= b and d
 
 
-@numba.njit(cache=True, inline="always")
-def _match_run(V, T, R, s, n, key, a, e, p, reg, mp, mreg, mv, mt, mr, nm):
-    """Append the tuples j in ``[s, s + n)`` with ``V[j] == key`` and ``a < T[j] <= e`` as matches
-    (probe ``p``, region ``reg``, value, ts, row id) at ``nm``; returns the new match count.  Matches
-    beyond the output arrays' length are only counted (the capacity is checked once per run when
-    the whole run fits)."""
-    if nm + n <= mp.shape[0]:
-        for j in range(s, s + n):
-            v = V[j]
-            if v == key:
-                t = T[j]
-                if t > a and t <= e:
-                    mp[nm] = p
-                    mreg[nm] = reg
-                    mv[nm] = v
-                    mt[nm] = t
-                    mr[nm] = R[j]
-                    nm += 1
-        return nm
-    cap = mp.shape[0]
-    for j in range(s, s + n):
-        if V[j] == key:
-            t = T[j]
-            if t > a and t <= e:
-                if nm < cap:
-                    mp[nm] = p
-                    mreg[nm] = reg
-                    mv[nm] = V[j]
-                    mt[nm] = t
-                    mr[nm] = R[j]
-                nm += 1
-    return nm
-
-
-@numba.njit(cache=True, inline="always")
-def _lower(V, a, e, key):
-    """First index i in ``[a, e)`` with ``not V[i] < key`` (V[a:e] sorted as ``np.sort`` does, NaN last)."""
-    while a < e:
-        m = (a + e) >> 1
-        if V[m] < key:
-            a = m + 1
-        else:
-            e = m
-    return a
-
-
-@numba.njit(cache=True, inline="always")
-def _match_sorted(V, T, R, s, n, key, a, e, p, reg, mp, mreg, mv, mt, mr, nm):
-    """:func:`_match_run` over a cell whose tuples are stably sorted by value (:func:`sort_cells`):
-    the key's tuples are one run, found by binary search, in their original (arrival) order, so the
-    matches and their order are those of the unsorted cell; only that run is read."""
-    end = s + n
-    j = _lower(V, s, end, key)
-    if j == end or not V[j] == key:
-        return nm
-    cap = mp.shape[0]
-    if nm + (end - j) <= cap:
-        while j < end and V[j] == key:
-            t = T[j]
-            if t > a and t <= e:
-                mp[nm] = p
-                mreg[nm] = reg
-                mv[nm] = V[j]
-                mt[nm] = t
-                mr[nm] = R[j]
-                nm += 1
-            j += 1
-        return nm
-    while j < end and V[j] == key:
-        t = T[j]
-        if t > a and t <= e:
-            if nm < cap:
-                mp[nm] = p
-                mreg[nm] = reg
-                mv[nm] = V[j]
-                mt[nm] = t
-                mr[nm] = R[j]
-            nm += 1
-        j += 1
-    return nm
-
-
-@numba.njit(cache=True)
-def sort_cells(V, T, R, start, length):
-    """Sort each cell ``[start[c], start[c] + length[c])`` of V/T/R stably by value, in place (ties
-    keep their order: the tuples of one value stay in arrival order).  What the probe kernel's
-    sketch path reads (:func:`_match_sorted`)."""
-    for c in range(start.shape[0]):
-        s = start[c]
-        n = length[c]
-        if n < 2:
-            continue
-        srt = True
-        for j in range(s + 1, s + n):
-            x = V[j - 1]
-            y = V[j]
-            if y < x or (x != x and y == y):          # (NaN sorts last)
-                srt = False
-                break
-        if srt:
-            continue
-        o = np.argsort(V[s:s + n], kind="mergesort")
-        v = V[s:s + n][o]
-        t = T[s:s + n][o]
-        r = R[s:s + n][o]
-        V[s:s + n] = v
-        T[s:s + n] = t
-        R[s:s + n] = r
-
-
 @numba.njit(cache=True)
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
@@ -318,8 +208,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                     walk += clen[hot_k * B + (bucket[p] if sketch else 0)]
                 if walk > 2 * hn:
                     arena_cells(HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart)
-                    if sketch:
-                        sort_cells(hcV, hcT, hcR, hcstart, clen[hot_k * B:(hot_k + 1) * B])
                     hcn[0] = hn
                     use_hc = True
     nr = 0
@@ -375,10 +263,18 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 n = clen[c]
                 work += n
                 if k == hot_k and use_hc:
-                    if sketch:
-                        nm = _match_sorted(hcV, hcT, hcR, hcstart[b], n, key, a, e, p, nr, mp, mreg, mv, mt, mr, nm)
-                    else:
-                        nm = _match_run(hcV, hcT, hcR, hcstart[b], n, key, a, e, p, nr, mp, mreg, mv, mt, mr, nm)
+                    s = hcstart[b]
+                    for j in range(s, s + n):
+                        if hcV[j] == key:
+                            t = hcT[j]
+                            if t > a and t <= e:
+                                if nm < cap_m:
+                                    mp[nm] = p
+                                    mreg[nm] = nr
+                                    mv[nm] = hcV[j]
+                                    mt[nm] = t
+                                    mr[nm] = hcR[j]
+                                nm += 1
                 elif k == hot_k:
                     j = hhead[b]
                     while j >= 0:
@@ -393,10 +289,19 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                                     mr[nm] = HR[j]
                                 nm += 1
                         j = hnext[j]
-                elif sketch:
-                    nm = _match_sorted(Vc, Tc, Rc, cstart[c], n, key, a, e, p, nr, mp, mreg, mv, mt, mr, nm)
                 else:
-                    nm = _match_run(Vc, Tc, Rc, cstart[c], n, key, a, e, p, nr, mp, mreg, mv, mt, mr, nm)
+                    s = cstart[c]
+                    for j in range(s, s + n):
+                        if Vc[j] == key:
+                            t = Tc[j]
+                            if t > a and t <= e:
+                                if nm < cap_m:
+                                    mp[nm] = p
+                                    mreg[nm] = nr
+                                    mv[nm] = Vc[j]
+                                    mt[nm] = t
+                                    mr[nm] = Rc[j]
+                                nm += 1
                 nr += 1
     return nr, nm, visited, flat, work
 

@@ -32,22 +32,11 @@ maintenance is a handful of array writes:
   the cells keep their order (bucket, then arrival) without re-sorting.  A
   probe batch that would walk those lists for more than twice the arena's
   size lays the arena out in cell order first (scratch arrays of the arena,
-  reused until it grows; see :func:`~sketchql.index.kernels.probe_kview`;
-  for sketch structures each cell of that copy is stably sorted by value,
-  like the cold cells, so a probe reads only its key's run).
+  reused until it grows; see :func:`~sketchql.index.kernels.probe_kview`).
   :meth:`KernelView.on_append` extends it *at ingest time* (one compiled
-  call per appended run, counted in t_ins), and once a probe batch has
-  used the cell-ordered copy it is rebuilt there too, right after the
-  append (once per ingest, while the arena is in cache, instead of by the
-  next probe call); if the arena ever disagrees with the zone (size
-  mismatch after a merge, late tuples, a new hot zone) it is rebuilt from
-  the zone at the next refresh.
-- **cold cells of sketch structures** are stably sorted by value within
-  each cell when the zone enters the CSR (:func:`~sketchql.index.kernels.sort_cells`):
-  the probe finds its key's run by binary search; ties keep arrival order,
-  so matches and their order are those of the arrival-ordered cells.
-  Structure T1 keeps its zones in arrival order (its probe is the naive
-  scan).
+  call per appended run, counted in t_ins); if it ever disagrees with the
+  zone (size mismatch after a merge, late tuples, a new hot zone) it is
+  rebuilt from the zone at the next refresh.
 
 Memory: the arena duplicates the hot zone's tuples (plus one int64 link per
 tuple, and room for the cell-ordered copy: the hot zone's tuples again);
@@ -115,14 +104,6 @@ class HotArena:
         c = np.ascontiguousarray
         self.n = kernels.arena_append(self.V, self.T, self.R, self.next, self.head, self.tail, self.count,
                                       self.n, c(v), c(t), c(r), c(b))
-
-    def lay_out(self, by_value: bool) -> None:
-        """(Re)build the cell-ordered copy ``cV``/``cT``/``cR`` of the whole arena now (cells sorted by
-        value, stably, when ``by_value``: what the probe kernel's sketch path reads)."""
-        kernels.arena_cells(self.V, self.T, self.R, self.next, self.head, self.cV, self.cT, self.cR, self.cstart)
-        if by_value:
-            kernels.sort_cells(self.cV, self.cT, self.cR, self.cstart, self.count)
-        self.cn[0] = self.n
 
 
 class KernelView:
@@ -213,10 +194,7 @@ class KernelView:
             return
         h = self.hot
         if h is not None and h.zid == z.id and self.hot_ok and h.n + len(r) == z.n:
-            used = h.cn[0] >= 0
             h.append(v, t, r, b)
-            if used and kernels.ENABLED:       # the last large probe batch read the cell-ordered copy:
-                h.lay_out(self.sketch)          # keep it current here, once per ingest (counted in t_ins)
         else:
             self.hot_ok = False                                # re-synced from the zone at refresh
 
@@ -242,9 +220,6 @@ class KernelView:
         o = c.offsets
         self.cstart[node * B:(node + 1) * B] = base + o[:-1]
         self.clen[node * B:(node + 1) * B] = o[1:] - o[:-1]
-        if self.sketch and kernels.ENABLED:                  # cells by value (stable): see kernels.sort_cells
-            kernels.sort_cells(self.Vc, self.Tc, self.Rc, self.cstart[node * B:(node + 1) * B],
-                               self.clen[node * B:(node + 1) * B])
         self.live_cold += c.n
         self.held[node] = (z.id, z.n)
 
