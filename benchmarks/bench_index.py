@@ -92,7 +92,7 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   power of two: 2 of the 3 timed calls at 60k in ``--quick``).  The
   compiled T1 scan had the same re-run on every call (its output array
   started at 256 entries).  Both fixed (recycled buffers sized from the
-  last call).  Third, per-probe work that grew with the window: the open
+  last call, grown at least 2x).  Third, per-probe work that grew with the window: the open
   (hot) zone's cells were walked as per-bucket linked lists, a chain of
   dependent loads that misses the cache once the zone holds ~10k+ tuples;
   a large batch now reads a cell-ordered copy (kernel at 60k: 34 -> 25 ns
@@ -101,6 +101,24 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   What is left at 60k is memory bandwidth: T4 writes 40 B per output into
   a 190 MB result and reads ~1.6 stored tuples; the bound's c_emit (32 B
   written per output) is measured the same way.
+  Where T4's time went at 6k (issue 16 follow-up; profiled per call, CPU
+  time, ~55k outputs per call, shared machine): (1) a result filling less
+  than a quarter of its recycled buffer set was copied into fresh arrays,
+  ~20 ns per output of page faults, more than the kernel: now a result is
+  lent unless it would pin a set > 16x its size, and sets grow at least
+  2x (fewer re-allocations while the output per call grows); A/B on the
+  same machine: T4 CPU t_hit 28-34 -> 24-26 ns per output.  (2) Tried and
+  reverted: cells kept stably sorted by value (binary search of the key's
+  run instead of comparing the cell: 1.5 tuples per output, a branch that
+  mispredicts) and the hot copy rebuilt at ingest: the kernel alone got
+  ~8% faster warm, but in situ t_hit did not move (A/B, 6k and 60k) and
+  t_ins rose.  Left per call at 6k (~55k outputs, CPU): kernel ~0.6 ms
+  warm / ~0.8-1 ms right after an ingest (the pyramid descent ~0.2 ms =
+  ~400 ns per probe, mostly sketch-counter reads that miss the cache after
+  an ingest; the matching ~0.2 ms; writing 40 B per output ~0.2-0.3 ms),
+  view refresh ~50-100 us, Python ~100 us, and a structural refresh (~0.6-1
+  ms: a closed zone copied into the view's CSR) once per G1 period (30 s
+  = 6 batches): ~20-25 ns per output against T1 scan's ~75.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
@@ -417,7 +435,10 @@ def window_sizes(quick: bool, repeat: int):
     print("large windows (60 s window, 5 s probe batches): t_hit us per output (wall; CPU time in the ratio's "
           "parentheses), T1 paths vs T4")
     for n_win, gap in ((6000, 0.01), (60000, 0.001)):
-        dur = WINDOW + (15.0 if quick else 60.0)
+        # --quick at 6k: 30 s after the window fills = one G1 period (30 s granularity), i.e. the
+        # steady-state share of batches with a structural change (one zone closes per period: 1 in 6
+        # batches; 15 s gave 1 in 3, twice the share); at 60k the run stays 15 s (quick budget)
+        dur = WINDOW + ((30.0 if n_win == 6000 else 15.0) if quick else 60.0)
         a1, a2 = store_stream(dur, mean_gap=gap, seed=3), store_stream(dur, mean_gap=gap, seed=4)
         small = quick and n_win > 6000
         rep = 2 if small else repeat
