@@ -261,7 +261,7 @@ class PTJoin(PairOutput):
         if self._round_waits() and span < self._defer_limit():
             self._stats["deferred_ticks"] += 1
             return None, None
-        parts, self._pend = self._pend, []
+        parts, self._pend = _release(self._pend, span, chunk_span(self.sources, self.window))
         return _join_parts(parts)
 
     def _defer_limit(self) -> float:
@@ -950,6 +950,17 @@ class PTJoin(PairOutput):
         return dict(self._stats, queued=len(self.queue), account=self.account)
 
 
+def _release(pend, span: float, chunk: float):
+    """(parts to process now, parts still waiting) of the arrivals waiting for a
+    round: all of them, unless the newest tick pushed their span beyond one time
+    chunk -- processed together they would be cut into two chunks, i.e. two
+    rounds (the second a sliver of one tick), so the newest tick waits for the
+    next round instead (its allowance is already credited)."""
+    if len(pend) > 1 and span > chunk:
+        return pend[:-1], pend[-1:]
+    return pend, []
+
+
 def _join_parts(parts):
     """[(batch, allowance)] waiting for a round, as one (batch, allowance)."""
     if len(parts) == 1:
@@ -1024,7 +1035,8 @@ class PTJoinGroup:
                 for q in self.queries:
                     q._stats["deferred_ticks"] += 1
                 return
-            parts, self._pend = self._pend, []
+            span_max = min(chunk_span(q.sources, q.window) for q in self.queries)
+            parts, self._pend = _release(self._pend, span, span_max)
             batch, allowance = _join_parts(parts)
             credit = False
         self._run(batch, allowance, credit)
