@@ -185,7 +185,7 @@ def test_an_apply_error_is_reported_loudly_and_the_next_batches_apply(caplog):
 
 
 def test_queued_batches_survive_a_crash(tmp_path):
-    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False), max_pending=8)
     st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
     st.register("SELECT k FROM S [NOW]")
     gate = Gate(st)                               # never opened: the process "dies" with batches queued
@@ -205,7 +205,7 @@ def test_queued_batches_survive_a_crash(tmp_path):
 
 
 def test_a_checkpoint_taken_while_batches_are_queued_includes_them(tmp_path):
-    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False), max_pending=8)
     st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
     gate = Gate(st)
     for i in range(3):
@@ -259,3 +259,27 @@ def _sync_rows(batches, sql):
     for b in batches:
         st.push("S", dict(b), len(b["ts"]))
     return [(r["sign"], r["at"], r["row"]["k"], r["row"]["n"]) for r in st.results(qid, 0, 10000)["rows"]]
+
+
+def test_http_backpressure_waits_for_room_without_blocking_the_server():
+    app, st = _app()
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        gate = Gate(st)
+        post = lambda i: c.post("/streams/S/batches", content=arrow(batch([i], [float(i)])),
+                                headers={"content-type": ARROW})
+        assert post(0).status_code == 200
+        gate.entered.wait(10)                     # batch 0 is being applied (held)
+        assert post(1).status_code == 200 and post(2).status_code == 200     # the queue holds 2
+        out = {}
+        th = threading.Thread(target=lambda: out.update(r=post(3)))
+        th.start()
+        th.join(0.5)
+        assert th.is_alive() and st.applier.pending == 2, "a full queue makes the next batch wait"
+        assert c.get("/limits").json()["max_batch_rows"] > 0      # the event loop still serves others
+        assert c.get("/health").json()["apply"]["pending"] == 2    # /health does not wait for the queue
+
+        gate.open()
+        th.join(30)
+        assert out["r"].status_code == 200
+        assert c.get("/streams/S").json()["stats"]["tuples_in"] == 4

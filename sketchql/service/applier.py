@@ -18,7 +18,7 @@ Guarantees (the README's "Ingest semantics"):
 * **Read-your-writes.** ``with state.lock`` (every mutation and every read that
   locks) applies what is queued first; reads that do not lock await
   :meth:`ApplyQueue.when_applied` (the ``SettleReads`` middleware) -- a read
-  sees every batch admitted before it arrived.
+  sees every batch acknowledged before it arrived.
 * **Bounded.** At most ``max_pending`` admitted batches wait; admission blocks
   beyond that (backpressure: the client's request waits).
 * **Loud errors.** An engine error while applying (impossible after
@@ -34,8 +34,8 @@ cannot deadlock.
 >>> import threading
 >>> seen = []
 >>> q = ApplyQueue(threading.RLock(), lambda item: seen.append(item), max_pending=2)
->>> q.put("a"); q.put("b"); q.wait_applied(q.admitted, 5)
-True
+>>> q.put("a"), q.put("b"), q.wait_applied(2, 5)
+(1, 2, True)
 >>> seen, q.applied
 (['a', 'b'], 2)
 >>> q.close()
@@ -57,7 +57,7 @@ class ApplyQueue:
     reported through ``on_error(item, exc)`` and kept in :attr:`errors`, never swallowed silently.
     """
 
-    def __init__(self, engine_lock, apply, max_pending: int = 4, on_error=None, keep_errors: int = 100):
+    def __init__(self, engine_lock, apply, max_pending: int = 2, on_error=None, keep_errors: int = 100):
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         self.engine_lock = engine_lock
@@ -66,9 +66,12 @@ class ApplyQueue:
         self.max_pending = int(max_pending)
         self._items: deque = deque()
         self._cv = threading.Condition()
-        self._waiters: list = []            # (target, loop, future)
+        self._waiters: list = []            # (target, loop, future): waiting for items to be applied
+        self._room: list = []               # (loop, future): waiting for room in the queue
         self.admitted = 0                   # items ever put
         self.applied = 0                    # items ever applied (successfully or not)
+        self.acked = 0                      # highest item number acknowledged to a client
+        self.busy = {"locked": 0, "full": 0}   # fast-path admissions that had to wait (state.admit)
         self.errors: deque = deque(maxlen=keep_errors)
         self.error_count = 0
         self.busy_s = 0.0                   # time spent applying (engine lock held)
@@ -76,8 +79,9 @@ class ApplyQueue:
         self._closing = False
 
     # -- admission ----------------------------------------------------------------------
-    def put(self, item, timeout: float = 600.0) -> None:
-        """Queue ``item`` (blocks while ``max_pending`` items wait: backpressure)."""
+    def put(self, item, timeout: float = 600.0) -> int:
+        """Queue ``item`` (blocks while ``max_pending`` items wait: backpressure); returns its number
+        (1, 2, ...: the count of items admitted so far, this one included)."""
         with self._cv:
             if self._closing:
                 raise RuntimeError("the apply queue is closed")
@@ -93,6 +97,13 @@ class ApplyQueue:
                 self._thread = threading.Thread(target=self._loop, name="sketchql-apply", daemon=True)
                 self._thread.start()
             self._cv.notify_all()
+            return self.admitted
+
+    def acknowledged(self, number: int) -> None:
+        """Item ``number`` was acknowledged to its client: reads arriving from now on wait for it."""
+        with self._cv:
+            if number > self.acked:
+                self.acked = number
 
     @property
     def pending(self) -> int:
@@ -107,6 +118,7 @@ class ApplyQueue:
                 if not self._items:
                     return n
                 item = self._items.popleft()
+                self._wake_room()
             self._run(item)
             n += 1
 
@@ -148,14 +160,37 @@ class ApplyQueue:
             with self.engine_lock:
                 with self._cv:
                     item = self._items.popleft() if self._items else None
+                    self._wake_room()
                 if item is not None:
                     self._run(item)
 
+    def _wake_room(self) -> None:
+        """Resolve the futures of :meth:`when_room` (under ``_cv``, after an item left the queue)."""
+        if self._room and len(self._items) < self.max_pending:
+            room, self._room = self._room, []
+            for loop, fut in room:
+                try:
+                    loop.call_soon_threadsafe(_settle, fut)
+                except RuntimeError:
+                    pass
+
     # -- waiting ------------------------------------------------------------------------
-    def when_applied(self, loop):
-        """None if every item admitted so far is applied, else a future of ``loop`` resolved once they are."""
+    def when_room(self, loop):
+        """None if the queue has room now, else a future of ``loop`` resolved when an item leaves it
+        (an event loop waits for room without blocking; room may be taken again meanwhile: retry)."""
         with self._cv:
-            target = self.admitted
+            if len(self._items) < self.max_pending:
+                return None
+            fut = loop.create_future()
+            self._room.append((loop, fut))
+            return fut
+
+    def when_applied(self, loop, target: int | None = None):
+        """None if items up to ``target`` are applied, else a future of ``loop`` resolved once they are.
+        ``target`` defaults to the highest acknowledged item: a read waits for every batch whose 2xx
+        was sent before it arrived, not for batches still waiting for their fsync."""
+        with self._cv:
+            target = self.acked if target is None else target
             if self.applied >= target:
                 return None
             fut = loop.create_future()
@@ -176,7 +211,8 @@ class ApplyQueue:
     def status(self) -> dict:
         with self._cv:
             return {"pending": len(self._items), "max_pending": self.max_pending, "admitted": self.admitted,
-                    "applied": self.applied, "errors": self.error_count, "busy_s": round(self.busy_s, 6),
+                    "acknowledged": self.acked, "applied": self.applied, "errors": self.error_count, "busy_s": round(self.busy_s, 6),
+                    "admissions_waited": dict(self.busy),
                     "last_errors": list(self.errors)[-5:]}
 
     def close(self, timeout: float = 60.0) -> None:

@@ -123,11 +123,21 @@ class BatchIngest:
             # right here unless that would wait (admission lock taken, apply queue full)
             parsed = parse()
             receipt = state.admit(schema.name, *parsed, raw, block=False)
-            if receipt is None or receipt is state.BUSY:            # synchronous push, or would wait
+            for _ in range(8):                  # queue full (backpressure): wait for room here, retry
+                if receipt is not state.BUSY or state.applier.pending < state.applier.max_pending:
+                    break
+                room = state.applier.when_room(loop)
+                if room is not None:
+                    await asyncio.wait_for(room, DURABLE_TIMEOUT_S)
+                receipt = state.admit(schema.name, *parsed, raw, block=False)
+            if receipt is None or receipt is state.BUSY:            # synchronous push, or would block
                 receipt = await loop.run_in_executor(self._executor(), work, parsed)
         else:
             receipt = await loop.run_in_executor(self._executor(), work)
+        number = receipt.pop("apply_number", None)
         await self.durable(receipt.get("seq"))
+        if number is not None:
+            state.applier.acknowledged(number)      # reads from now on wait until it is applied
         return receipt
 
     async def durable(self, seq) -> None:
@@ -212,17 +222,22 @@ def log_unwritable(exc) -> ApiError:
 
 
 class SettleReads:
-    """ASGI middleware: a GET / HEAD waits until every batch admitted before it arrived is applied
+    """ASGI middleware: a GET / HEAD waits until every batch acknowledged before it arrived is applied
     (read-your-writes for the reads that do not take ``state.lock``: result cursors, SSE, describe
-    endpoints).  503 JSON if the apply thread has not caught up within ``timeout`` seconds."""
+    endpoints); ``/health`` (which reports the apply queue), ``/limits`` and the docs answer at once.  503 JSON if the apply thread has not caught up within ``timeout`` seconds."""
 
     def __init__(self, app, state, timeout: float = DURABLE_TIMEOUT_S):
         self.app = app
         self.state = state
         self.timeout = timeout
 
+    # reads that show no ingested data (and /health, which reports the apply queue) answer at once
+    EXEMPT = frozenset({"/health", "/limits", "/openapi.json", "/favicon.ico"})
+    EXEMPT_PREFIXES = ("/docs", "/static")
+
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and \
+                scope["path"] not in self.EXEMPT and not scope["path"].startswith(self.EXEMPT_PREFIXES):
             fut = self.state.when_applied(asyncio.get_running_loop())
             if fut is not None:
                 try:

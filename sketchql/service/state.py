@@ -70,7 +70,7 @@ class ServiceState:
     """
 
     def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None,
-                 max_pending: int = 4):
+                 max_pending: int = 2):
         if engine is None:
             from ..engine import Engine
             engine = Engine(seed=seed)
@@ -278,15 +278,18 @@ class ServiceState:
         NaN / infinite times, lateness) plus ``max_time_jump``, both against the stream's clock
         *including the batches still queued* -- the clock the engine will have when this batch is
         applied -- so an admitted batch cannot be refused later.  The receipt's ``clock`` is that clock
-        after this batch.  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
+        after this batch; ``apply_number`` numbers the batch in the apply queue (the caller reports
+        its acknowledgement with ``applier.acknowledged``).  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
         instead of waiting for the admission lock or for room in the apply queue."""
         from .durability import encode_columns
 
         if not block:
             if not self.admit_lock.acquire(blocking=False):
+                self.applier.busy["locked"] += 1
                 return self.BUSY
             if self.applier.pending >= self.applier.max_pending:
                 self.admit_lock.release()
+                self.applier.busy["full"] += 1
                 return self.BUSY
         else:
             self.admit_lock.acquire()          # admissions in seq order; excludes ``with self.lock``
@@ -334,9 +337,9 @@ class ServiceState:
         if h is not None and len(b):
             clock = max(clock, float(b.ts[-1]))
             self._admit_clock[key] = (h, clock)
-        self.applier.put(_Admitted(schema.name, columns, n, seq))
+        number = self.applier.put(_Admitted(schema.name, columns, n, seq))
         return {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
-                "seq": seq}
+                "seq": seq, "apply_number": number}
 
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
@@ -347,7 +350,8 @@ class ServiceState:
         self._count_reject(item.stream, item.n, "apply_error")
 
     def when_applied(self, loop):
-        """For reads on an event loop: None, or a future resolved once every batch admitted so far is applied."""
+        """For reads on an event loop: None, or a future resolved once every batch acknowledged so far
+        is applied."""
         return self.applier.when_applied(loop)
 
     def push(self, name: str, columns: dict, n: int, wait: bool = True, raw: bytes | None = None) -> dict:
