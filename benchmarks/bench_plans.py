@@ -34,8 +34,9 @@ pt_index_memory_ratio_10q (10 queries / 1), chain_peak_queue_ratio (Chain /
 round robin), sharing_throughput_ratio (shared / unshared tuples/s),
 pt_shared_equals_private (PT queries whose answers on the shared index equal
 those on private indexes with the same seeds and budgets / PT queries where
-that equality is defined: the index fed in lockstep with its joins, inline,
-no per-query filter or sample -- ``IndexFeed.private_equivalent``).
+that equality is defined: the index fed in lockstep with its joins, no
+per-query filter or sample, no step that found the index ahead of its clock
+-- ``IndexFeed.private_equivalent``).
 Targets: < 0.5, <= 1.2, < 1, and every defined PT query equal.
 
     .venv/bin/python benchmarks/bench_plans.py --quick
@@ -248,7 +249,7 @@ def main(argv=None):
     same_exact = all(x.equals(y) for x, y in zip(_answers(qs_s[:len(EXACT)]), _answers(qs_u[:len(EXACT)])))
     same_pt = [x.equals(y) for x, y in zip(_answers(qs_s[len(EXACT):]), _answers(qs_u[len(EXACT):]))]
     # where equality with private indexes is defined (engine.index_feed.IndexFeed.private_equivalent)
-    defined = [eng_s.index_feed.private_equivalent(q, eng_s.scheduler) for q in qs_s[len(EXACT):]]
+    defined = [eng_s.index_feed.private_equivalent(q) for q in qs_s[len(EXACT):]]
     comparable = [ok for ok, _ in defined]
     pt_equal = sum(1 for e, c in zip(same_pt, comparable) if e and c)
     print(f"{'':<10}{'peak bytes':>13}{'windows':>11}{'operators':>11}{'indexes':>13}{'pt_state':>13}"

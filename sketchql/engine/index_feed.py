@@ -38,9 +38,10 @@ as before).  After every push / heartbeat :meth:`IndexFeed.settle` ingests
 what every active consumer has passed (and everything when none is left).
 
 When equality with private indexes holds: every PT consumer of the index
-steps to the same times (all join the same two streams, so the same clocks),
-inline (a bounded scheduler may run a consumer's older step after another's
-newer one: the index is then ahead for it), a query without a WHERE filter or
+steps to the same times (all join the same two streams, so the same clocks)
+and in time order (inline, or round robin; Chain may run one consumer's older
+step after another's newer one: the index is then ahead for it, counted in
+``PTJoinNode.steps_index_ahead``), a query without a WHERE filter or
 sample on the join's streams (a private index is built from the filtered input,
 the shared one holds the stream), and arrivals of a step within one time chunk
 of the operator (``admission.chunk_span``: the history the index keeps beyond
@@ -172,12 +173,16 @@ class IndexFeed:
             _feed_indexes(SimpleNamespace(index=plain), b, first_row)
 
     def advance(self, decl, now: float) -> None:
-        """A heartbeat: advance the indexes (their value layers at once; an index with a tail
-        once the tail is empty -- its clock must not pass tuples it has not ingested)."""
+        """A heartbeat: advance the indexes.  An index with PT-join consumers (lockstep) advances
+        only its value layers: its own clock would pass tuples still in the tail, and its due
+        COLLAPSEs would change the zones before the joins' private counterparts (which only
+        ingest) do; it is advanced once no consumer is left (:meth:`settle`)."""
         from ..index.value_layer import advance_layers
         for ix in (decl.index or {}).values():
             tail = self._tails.get(id(ix))
-            if tail is None or not len(tail):
+            if tail is None or not self._lockstep or not self._consumers.get(id(ix)):
+                if tail is not None:
+                    self._release(id(ix), np.inf, forced=False)
                 f = getattr(ix, "advance", None)
                 if f is not None:
                     f(now)
@@ -225,30 +230,32 @@ class IndexFeed:
                 self.released_rows += j
                 if forced:
                     self.forced_rows += j
-        if not len(tail) and tail.adv > -np.inf:
+        if not len(tail) and tail.adv > -np.inf and not (self._lockstep and self._consumers.get(k)):
             adv, tail.adv = tail.adv, -np.inf
             f = getattr(ix, "advance", None)
             if f is not None:
                 f(adv)
 
     # -- when the answers equal a private index's -------------------------------------
-    def private_equivalent(self, query, scheduler=None) -> tuple:
+    def private_equivalent(self, query) -> tuple:
         """``(True, "")`` when ``query``'s PT answers on the shared index are, by construction,
         those on private indexes with the same seed and budget (module doc), else ``(False,
-        reason)``: the index is fed in lockstep, the engine runs inline, the join reads its
-        streams unfiltered and unsampled, and every consumer of its indexes joins the same
-        streams (so steps at the same clocks)."""
+        reason)``: the index is fed in lockstep, the join reads its streams unfiltered and
+        unsampled, every consumer of its indexes joins the same streams (so steps at the same
+        clocks), and none of its steps or idle drains found the index ahead of its clock
+        (``PTJoinNode.steps_index_ahead``: a scheduler running one consumer's older step after
+        another's newer one -- Chain does -- makes it so)."""
         nodes = [n for n in query.plan.nodes if n.kind == "pt_join"]
         if not nodes:
             return False, "no PT join"
         if not self._lockstep:
             return False, "index_lockstep is off"
-        if scheduler is not None:
-            return False, "a scheduler may run an older step after a newer one"
         streams = {s.schema.name.lower() for s in query.bound.streams}
         for node in nodes:
             if not getattr(node.op, "shared", False):
                 return False, "private indexes"
+            if getattr(node.op, "steps_index_ahead", 0):
+                return False, f"the shared index held tuples beyond {node.op.steps_index_ahead} of its steps"
             for c in node.children:
                 p = c.params or {}
                 if p.get("filter_fns") or p.get("sample") not in (None, 1.0):

@@ -194,6 +194,10 @@ class PTJoinNode:
         #: called with (indexes, now) before a step: the engine brings its shared indexes up to
         #: ``now`` (sketchql.engine.index_feed), so they hold what a private index would
         self.before_step = None
+        #: steps (and idle drains) at which a shared index probed had tuples beyond the join's time
+        #: (its answers may then differ from a private index's; 0 when fed in lockstep and every
+        #: consumer of the index steps in time order, sketchql.engine.index_feed)
+        self.steps_index_ahead = 0
 
     @property
     def shared(self) -> bool:
@@ -224,6 +228,9 @@ class PTJoinNode:
     def idle(self, units: float) -> None:
         """Idle time (or a heartbeat) brings ``units`` of work: probe the queue with it."""
         if units > 0:
+            if self.shared and any(float(getattr(src.ix, "clock", -math.inf)) > self.clock
+                                   for src in self.op.sources):
+                self.steps_index_ahead += 1    # probing with an index ahead of this join's clock
             self.idle_units += float(units)
             self.op.account += float(units)
             self.op.drain()
@@ -232,6 +239,8 @@ class PTJoinNode:
     def step(self, now: float, *inputs) -> Optional[Changes]:
         if self.before_step is not None:
             self.before_step([src.ix for src in self.op.sources], now)
+        if self.shared and any(float(getattr(src.ix, "clock", -math.inf)) > now for src in self.op.sources):
+            self.steps_index_ahead += 1    # the shared index holds tuples (or a clock) beyond this step
         arr, rids = [], []
         for side, ch in enumerate(inputs):
             if ch is None or not len(ch):
@@ -392,6 +401,7 @@ class PTJoinNode:
                 "pt_tuples_in": self.tuples_in, "pt_discarded": int(s["discarded"]),
                 "pt_stored_tuples": self.state_size(), "pt_idle_units": self.idle_units,
                 "pt_index": "shared" if self.shared else "private",
+                "pt_index_steps_ahead": int(getattr(self, "steps_index_ahead", 0)),
                 "pt_index_bytes": self.index_nbytes(shared_once=False)}
 
     def index_nbytes(self, shared_once: bool = True) -> int:
