@@ -290,3 +290,36 @@ def test_unaligned_batches_under_a_bounded_scheduler(scheduler):
             assert _pairs(q) == _pairs(qp)
     if scheduler == "round_robin":
         assert all(defined)
+
+
+def test_estimate_endpoint_counts_the_tuples_waiting_for_the_joins():
+    """GET /summaries/{name}/estimate while stream A is ahead of B (its newest tuples wait in the
+    shared index's tail): the answer covers every pushed tuple -- the same as an index fed at
+    the push (engine knob index_lockstep off, the behaviour before) -- and the error bound is
+    the index's."""
+    from test_service_helpers import client
+
+    rng = np.random.default_rng(4)
+    ka = (rng.zipf(1.5, 600) % 40).astype(np.int64)
+    ta = np.round(np.sort(rng.uniform(0, 60, 600)), 3)
+    answers = []
+    for lockstep in (True, False):
+        c = client()
+        eng = c.app.state.sketchql.engine
+        eng.set_control("index_lockstep", lockstep)
+        assert c.post("/streams", json={"sql": DDL}).status_code in (200, 201)
+        assert c.post("/queries", json={"sql": JOIN.format(pref="desc", budget=5)}).status_code == 201
+        c.post("/streams/B/batches", json={"columns": {"k": [1], "v": [0.0], "ts": [20.0]}})
+        r = c.post("/streams/A/batches", json={"columns": {"k": ka.tolist(), "v": [0.0] * 600, "ts": ta.tolist()}})
+        assert r.status_code == 200, r.text
+        params = [("value", str(v)) for v in (0, 1, 2, 7)] + [("t_from", "0"), ("t_to", "60")]
+        r = c.get("/summaries/sa/estimate", params=params)
+        assert r.status_code == 200, r.text
+        ix = eng.catalog.summary("sa").index["k"]
+        waiting = eng.index_feed.tail_rows(ix)
+        assert (waiting > 0) == lockstep                  # A's tuples after 20.0 wait for B's clock
+        body = r.json()
+        assert body["kind"] == "index"
+        answers.append(([e["estimate"] for e in body["estimates"]], [e["error_bound"] for e in body["estimates"]]))
+    (est_l, _), (est_p, _) = answers
+    assert est_l == est_p
