@@ -70,7 +70,7 @@ class ServiceState:
     """
 
     def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None,
-                 max_pending: int = 2):
+                 max_pending: int = 1):
         if engine is None:
             from ..engine import Engine
             engine = Engine(seed=seed)
