@@ -133,7 +133,9 @@ class PTJoin(PairOutput):
         :meth:`EntryQueue._stratified_exponential`) rather than independently.
     demand_shed : desc only -- cap the share of arrivals ingested by the
         probe work they queue (:func:`.admission.demand_fraction`: no inserts
-        for entries the budget can never probe).  Off by default: an index
+        for entries the budget can never probe), keeping the heaviest join
+        values (:mod:`.valueheat`; a sample of 1/16 of the arrivals is
+        counted, one ``insert`` each).  Off by default: an index
         shared with the engine holds every tuple anyway, and a query's answer
         must not depend on whether its index is shared; asc (rare values) and
         weighted (a uniform sample of the pairs) need every value's tuples.
