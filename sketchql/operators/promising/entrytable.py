@@ -84,6 +84,18 @@ class SharedEntryTable:
     def detach(self, queue) -> None:
         self._queues = [r for r in self._queues if r() is not None and r() is not queue]
 
+    # Checkpoints pickle the engine: weak references cannot be pickled, so the
+    # state holds the live queues themselves (pickle keeps their identity).
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_queues"] = self.queues()
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state["_queues"] = [weakref.ref(q) for q in state["_queues"]]
+        self.__dict__.update(state)
+
     def queues(self) -> list:
         live = [r() for r in self._queues]
         self._queues = [r for r, q in zip(self._queues, live) if q is not None]
