@@ -8,11 +8,13 @@ Plain :mod:`pickle` fails on an engine for two reasons, both handled here:
   ``cloudpickle`` (same Python version on both ends);
 * a :class:`~sketchql.index.StreamIndex` keeps numpy *views* into shared
   buffers (the pyramid's sketch store, the compiled probe view).  Pickle
-  copies each view separately, so after a restore a write to the buffer no
-  longer reaches its views and the index drifts from the original.  An index
-  is therefore serialized through its own canonical format
-  (``to_bytes()`` / ``StreamIndex.from_bytes``), which rebuilds the shared
-  layout.
+  copies each view separately, so after a restore a write to the buffer would
+  no longer reach its views.  The index and its granularities therefore have
+  ``__getstate__`` / ``__setstate__`` that rebind the views to one buffer and
+  drop the probe caches built on it.  Its canonical format (``to_bytes``) is
+  not used here: it renumbers zones, forgets merged-zone aliases and re-sorts
+  cells by timestamp, and a PT join restored from it (``asc`` / ``weighted``)
+  answered differently from the original after the next pushes.
 
 * an object whose class forwards unknown attributes (``__getattr__``, e.g. a
   shared operator's per-query handle) would be asked for ``__setstate__``
@@ -54,16 +56,9 @@ PROTOCOL = 5
 def _pickler_class():
     import cloudpickle
 
-    from ..index.stream_index import StreamIndex
-
     class _EnginePickler(cloudpickle.Pickler):
         def reducer_override(self, obj):
             cls = type(obj)
-            if cls is StreamIndex:
-                if getattr(obj, "_value_layers", None):   # with the value layers its PT operators read
-                    from ..index.value_layer import restore_index
-                    return (restore_index, (obj.to_bytes(), obj._value_layers))
-                return (StreamIndex.from_bytes, (obj.to_bytes(),))
             if _forwards_attributes(cls) and isinstance(getattr(obj, "__dict__", None), dict):
                 return (cls.__new__, (cls,), dict(obj.__dict__), None, None, _set_dict)
             return super().reducer_override(obj)

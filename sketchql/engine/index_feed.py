@@ -102,6 +102,26 @@ class IndexFeed:
         self.forced_rows = 0             # tail rows ingested before every consumer passed them (bounds)
         self._lockstep = True
 
+    # -- pickling (checkpoints) ------------------------------------------------------
+    def __getstate__(self):
+        """The per-index dicts are keyed by ``id(index)``, which a restored index does not keep:
+        written keyed by the index object (same order) and re-keyed on restore.  (Keyed by the
+        old ids, a restored engine found no consumers and ingested every later batch at the
+        push, so its PT joins probed a different index than the original's.)"""
+        s = self.__dict__.copy()
+        ix = self._index
+        s["_tails"] = [(ix[k], t) for k, t in self._tails.items()]
+        s["_consumers"] = [(ix[k], c) for k, c in self._consumers.items()]
+        s["_index"] = list(ix.values())
+        return s
+
+    def __setstate__(self, s):
+        s = dict(s)
+        s["_tails"] = {id(i): t for i, t in s["_tails"]}
+        s["_consumers"] = {id(i): c for i, c in s["_consumers"]}
+        s["_index"] = {id(i): i for i in s["_index"]}
+        self.__dict__.update(s)
+
     @property
     def lockstep(self) -> bool:
         """Engine knob ``index_lockstep``; off: every batch is ingested at the push (as before)."""

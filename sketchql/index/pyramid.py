@@ -93,8 +93,7 @@ class Granularity:
         """Use ``store`` (n_nodes, B, d, w) as the node tables; re-slice the level views."""
         self.store = store
         self.shape = tuple(store.shape[1:])
-        offs = self.level_offsets()
-        self.levels = [store[o:o + (self.cap >> l)] for l, o in enumerate(offs)]
+        self._slice_levels()
         B, d, _ = self.shape
         self.rownorm = np.zeros((self.n_nodes, B, d), dtype=np.int64)
         self._norm_dirty = np.ones(self.n_nodes, dtype=bool)
@@ -103,6 +102,23 @@ class Granularity:
         self._path_cache = {}
         self.sversion += 1
         self.version += 1
+
+    def _slice_levels(self) -> None:
+        """``levels``: one view of ``store`` per pyramid level."""
+        self.levels = [self.store[o:o + (self.cap >> l)] for l, o in enumerate(self.level_offsets())]
+
+    def __getstate__(self):
+        """The levels are views of ``store`` (pickle would copy them apart): rebuilt on restore."""
+        s = self.__dict__.copy()
+        s["levels"] = None
+        return s
+
+    def __setstate__(self, s):
+        self.__dict__.update(s)
+        if self.store is not None:
+            self._slice_levels()
+        else:
+            self.levels = []
 
     def bind(self, buf: np.ndarray) -> None:
         """Move the node tables into ``buf`` (a view of a shared buffer), keeping norms."""

@@ -174,6 +174,36 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
         self._kmixed = False        # values of several dtypes were ingested: no compiled probe
         self._ksver = None          # granularities' sversion at the last structural check
 
+    # ------------------------------------------------------------------ pickling (checkpoints)
+    def __getstate__(self):
+        """Exact state for a checkpoint (zone ids, aliases of merged zones, chunk layout in
+        arrival order, versions, counters: everything later pushes and probes depend on --
+        ``to_bytes`` is canonical, not exact).  Pickle copies each numpy view on its own, so
+        the shared pyramid buffer ``_gbuf`` is not written: each granularity's store is, and
+        :meth:`__setstate__` binds them into one buffer again.  Derived probe caches (query
+        view, compiled kernel view, output pool) hold views of that buffer and are rebuilt."""
+        s = self.__dict__.copy()
+        bound = s.get("_gbuf") is not None and all(g.store is not None and g.store.base is self._gbuf
+                                                  for g in self.grans)
+        s["_gbuf"] = bound
+        if not bound:
+            s["_goff"] = {}
+        s["_parts"], s["_qv"], s["_kview"], s["_kbuf"], s["_kstate"], s["_ksver"] = {}, None, None, None, None, None
+        return s
+
+    def __setstate__(self, s):
+        bound = s.pop("_gbuf")
+        self.__dict__.update(s)
+        self._gbuf = None
+        if bound:                        # one shared buffer again, stores as its views (no version bump)
+            buf = np.zeros((sum(g.n_nodes for g in self.grans),) + tuple(self._shape), dtype=np.int64)
+            for gi, g in enumerate(self.grans):
+                at = self._goff[gi]
+                buf[at:at + g.n_nodes] = g.store
+                g.store = buf[at:at + g.n_nodes]
+                g._slice_levels()
+            self._gbuf = buf
+
     # ------------------------------------------------------------------ helpers
     def _check_config(self):
         if self.config.fixed_signature() != self._sig:
