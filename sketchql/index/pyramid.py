@@ -107,14 +107,37 @@ class Granularity:
         """``levels``: one view of ``store`` per pyramid level."""
         self.levels = [self.store[o:o + (self.cap >> l)] for l, o in enumerate(self.level_offsets())]
 
+    def _sum_up(self, store: np.ndarray) -> None:
+        """Fill the upper levels of ``store`` with the sums of their children (in place)."""
+        levs = [store[o:o + (self.cap >> l)] for l, o in enumerate(self.level_offsets())]
+        for l in range(1, len(levs)):
+            levs[l][...] = levs[l - 1][0::2] + levs[l - 1][1::2]
+
     def __getstate__(self):
-        """The levels are views of ``store`` (pickle would copy them apart): rebuilt on restore."""
+        """The levels are views of ``store`` (pickle would copy them apart): rebuilt on restore.
+        Every inner node is the exact (int64) sum of its children, so only the non-zero leaves
+        are written (checked: a store that is not such a pyramid is written whole)."""
         s = self.__dict__.copy()
         s["levels"] = None
+        st = self.store
+        if st is not None:
+            rebuilt = st.copy()
+            self._sum_up(rebuilt)
+            if np.array_equal(rebuilt, st):
+                leaves = st[:self.cap]
+                nz = np.flatnonzero(leaves.reshape(self.cap, -1).any(axis=1))
+                s["store"] = ("leaves", st.shape, nz, leaves[nz])
         return s
 
     def __setstate__(self, s):
         self.__dict__.update(s)
+        st = self.store
+        if isinstance(st, tuple):
+            _, shape, nz, tabs = st
+            st = np.zeros(shape, dtype=np.int64)
+            st[nz] = tabs
+            self._sum_up(st)
+            self.store = st
         if self.store is not None:
             self._slice_levels()
         else:
