@@ -281,8 +281,6 @@ class ServiceState:
         after this batch; ``apply_number`` numbers the batch in the apply queue (the caller reports
         its acknowledgement with ``applier.acknowledged``).  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
         instead of waiting for the admission lock or for room in the apply queue."""
-        from .durability import encode_columns
-
         if not block:
             if not self.admit_lock.acquire(blocking=False):
                 self.applier.busy["locked"] += 1
@@ -294,11 +292,11 @@ class ServiceState:
         else:
             self.admit_lock.acquire()          # admissions in seq order; excludes ``with self.lock``
         try:
-            return self._admit(name, columns, n, raw, encode_columns)
+            return self._admit(name, columns, n, raw)
         finally:
             self.admit_lock.release()
 
-    def _admit(self, name, columns, n, raw, encode_columns):
+    def _admit(self, name, columns, n, raw):
         from ..engine.batches import _validate
 
         schema = self._schema(name)
@@ -327,19 +325,23 @@ class ServiceState:
                 h.rejected_batches += 1
             self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
             raise from_exception(exc, stream=schema.name) from None
-        seq = None
-        if self.store is not None and not self.replaying:
-            if raw is not None:
-                seq = self.store.append("push", {"stream": schema.name, "format": "arrow"}, raw, n)
-            else:
-                seq = self.store.append("push", {"stream": schema.name, "format": "columns"},
-                                        encode_columns(columns), n)
+        seq = self._log_push(schema.name, columns, n, raw)
         if h is not None and len(b):
             clock = max(clock, float(b.ts[-1]))
             self._admit_clock[key] = (h, clock)
         number = self.applier.put(_Admitted(schema.name, columns, n, seq))
         return {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
                 "seq": seq, "apply_number": number}
+
+    def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None):
+        """Log one batch (the Arrow body as it came, else the encoded columns); None when not logging."""
+        from .durability import encode_columns
+
+        if self.store is None or self.replaying:
+            return None
+        if raw is not None:
+            return self.store.append("push", {"stream": stream, "format": "arrow"}, raw, n)
+        return self.store.append("push", {"stream": stream, "format": "columns"}, encode_columns(columns), n)
 
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
@@ -362,8 +364,6 @@ class ServiceState:
         commit overlaps the engine's work; a batch the engine then refuses gets an ``abort`` record
         and is skipped on replay.  ``raw``: the request's Arrow IPC body, logged as it came (replay
         parses it with the same :func:`~sketchql.service.ingest.parse_batch`)."""
-        from .durability import encode_columns
-
         with self.lock:
             schema = self._schema(name)
             if not schema.is_table:
@@ -375,13 +375,7 @@ class ServiceState:
                         ts = None               # not numeric: the engine reports it below
                     if ts is not None:
                         self._check_jump(schema, ts, n)
-            seq = None
-            if self.store is not None and not self.replaying:
-                if raw is not None:
-                    seq = self.store.append("push", {"stream": schema.name, "format": "arrow"}, raw, n)
-                else:
-                    seq = self.store.append("push", {"stream": schema.name, "format": "columns"},
-                                            encode_columns(columns), n)
+            seq = self._log_push(schema.name, columns, n, raw)
             try:
                 self.engine.push(schema.name, columns)
             except SketchQLError as exc:
