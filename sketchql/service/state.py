@@ -241,16 +241,25 @@ class ServiceState:
             self.rejected_batches[name] += 1
             self.rejected_by_reason[(name, reason)] += n
 
-    def _check_jump(self, schema, ts: np.ndarray, n: int, clock: float | None = None):
+    def _check_jump(self, schema, columns: dict, n: int, clock: float | None = None):
         """Refuse times more than ``max_time_jump`` s ahead of the stream clock (``clock``: the clock
         including batches admitted but not applied yet; default the engine's), or of the batch's
-        earliest time when the stream has no clock yet."""
+        earliest time when the stream has no clock yet.  A missing or non-numeric time column is
+        left to the engine's validation, which reports it."""
         jump = self.limits.max_time_jump
-        if jump is None or schema.is_table or not len(ts):
+        if jump is None or schema.is_table:
+            return
+        tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
+        if tcol is None:
+            return
+        try:
+            ts = np.asarray(columns[tcol], dtype=np.float64)
+        except (TypeError, ValueError):
+            return
+        if not len(ts):
             return
         if clock is None:
             clock = self.engine.stream(schema.name).clock
-        ts = np.asarray(ts, dtype=np.float64)
         finite = np.isfinite(ts)
         if not finite.any():
             return
@@ -310,14 +319,7 @@ class ServiceState:
             prev = self._admit_clock.get(key)
             clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
             lateness = h._knobs["allowed_lateness"]
-            tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
-            if tcol is not None:
-                try:
-                    ts = np.asarray(columns[tcol], dtype=np.float64)
-                except (TypeError, ValueError):
-                    ts = None                  # not numeric: _validate reports it below
-                if ts is not None:
-                    self._check_jump(schema, ts, n, clock)
+            self._check_jump(schema, columns, n, clock)
         try:
             b = _validate(schema, columns, clock, lateness)
         except SketchQLError as exc:
@@ -366,15 +368,7 @@ class ServiceState:
         parses it with the same :func:`~sketchql.service.ingest.parse_batch`)."""
         with self.lock:
             schema = self._schema(name)
-            if not schema.is_table:
-                tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
-                if tcol is not None:
-                    try:
-                        ts = np.asarray(columns[tcol], dtype=np.float64)
-                    except (TypeError, ValueError):
-                        ts = None               # not numeric: the engine reports it below
-                    if ts is not None:
-                        self._check_jump(schema, ts, n)
+            self._check_jump(schema, columns, n)
             seq = self._log_push(schema.name, columns, n, raw)
             try:
                 self.engine.push(schema.name, columns)
