@@ -65,6 +65,7 @@ import numpy as np
 from ...errors import SketchQLError
 from ...index.value_layer import RowMap, ValueLayer, layer_of
 from .costs import COSTS
+from .sources import find_sorted
 
 
 @dataclass(frozen=True)
@@ -260,13 +261,10 @@ class PTSelection:
             self._hi_row = self.layer.max_rid
             return n
         bs, br, bt = self._bound if self._bound is not None else (np.zeros(0, np.int64),) * 3
-        i = np.searchsorted(bs, seq) if bs.shape[0] and (np.diff(bs) > 0).all() else None
-        if i is None:
+        if not (np.diff(bs) > 0).all():
             o = np.argsort(bs, kind="stable")
             bs, br, bt = bs[o], br[o], bt[o]
-            i = np.searchsorted(bs, seq)
-        ok = i < bs.shape[0]
-        ok[ok] = bs[i[ok]] == seq[ok]
+        i, ok = find_sorted(bs, seq)
         if not ok.all():
             raise SketchQLError(f"selection on a shared layer: {int((~ok).sum())} arrivals have no stream row "
                                 f"(call bind(seqs, rows) before tick)")

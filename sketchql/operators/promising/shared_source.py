@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .sources import IndexSource
+from .sources import IndexSource, find_sorted
 
 
 class SharedIndexSource(IndexSource):
@@ -88,9 +88,7 @@ class SharedIndexSource(IndexSource):
         if not rids.shape[0]:
             return 0
         bq, br = self._bound if self._bound is not None else (np.zeros(0, np.int64),) * 2
-        i = np.searchsorted(bq, rids)
-        ok = i < bq.shape[0]
-        ok[ok] = bq[i[ok]] == rids[ok]
+        i, ok = find_sorted(bq, rids)
         if not ok.all():
             from ...errors import SketchQLError
             raise SketchQLError(f"shared index source: {int((~ok).sum())} arrivals have no stream row "
@@ -158,9 +156,7 @@ class SharedIndexSource(IndexSource):
         n = self._rows.shape[0]
         if not n:
             return np.zeros(rows.shape[0], np.int64), np.zeros(rows.shape[0], bool)
-        i = np.searchsorted(self._rows, rows)
-        ok = i < n
-        ok[ok] = self._rows[i[ok]] == rows[ok]
+        i, ok = find_sorted(self._rows, rows)
         return np.where(ok, self._seqs[np.minimum(i, n - 1)].astype(np.int64) + self._sbase, 0), ok
 
     @property

@@ -374,4 +374,18 @@ def index_nbytes(sources) -> int:
     return tot
 
 
+def find_sorted(keys: np.ndarray, q: np.ndarray):
+    """``(i, ok)``: ``i = searchsorted(keys, q)`` over the ascending ``keys``, and ``ok[j]`` when
+    ``keys[i[j]] == q[j]`` (``q[j]`` is present).
+
+    >>> i, ok = find_sorted(np.array([2, 5, 9]), np.array([5, 6, 9, 10]))
+    >>> i.tolist(), ok.tolist()
+    ([1, 2, 2, 3], [True, False, True, False])
+    """
+    i = np.searchsorted(keys, q)
+    ok = i < keys.shape[0]
+    ok[ok] = keys[i[ok]] == q[ok]
+    return i, ok
+
+
 from .shared_source import SharedIndexSource  # noqa: E402,F401  (re-export; lives in its own module)
