@@ -78,8 +78,11 @@ def test_wall_clock_rounds_wait_for_their_cost(stream):
     """Wall clock: arrivals wait (allowance credited) while the account does not
     cover two rounds' measured cost, and are processed together once it does or
     once they span ``wall_defer`` seconds; ``finish`` flushes the rest.  The
-    round cost is pinned (no timing in the assertions)."""
+    round cost is pinned (no timing in the assertions).  Planned rounds
+    (``wall_direct`` off: desc would otherwise run direct rounds, whose cost is
+    measured apart; see test_pt_direct.py)."""
     op = PTJoin(window=20.0, preference="desc")
+    op.wall_direct = False
     op.set_wall_clock(True)
     op.wall_defer = 2.0
     op._sec_round = 1e9                         # a round "costs" more than any account: only the span flushes

@@ -37,7 +37,8 @@ def test_wall_rounds_stay_within_one_chunk_and_answer_exactly():
     chunk = chunk_span(q.sources, q.window)
     assert spans and max(spans) <= chunk + 1e-9
     assert sum(1 for s in spans if s < 0.3) <= 1                # no sliver rounds (the last one may be short)
-    assert q.stats()["tuples_in"] > 0.9 * len(arr)            # every arrival was ingested in some round
+    st = q.stats()                                            # every arrival went through some round:
+    assert st["tuples_in"] + st["shed"] == len(arr)           # ingested, or shed (direct rounds, overload)
     r = evaluate_join(arr, 60.0, *q.pairs())
     assert r["invalid"] == 0 and r["duplicates"] == 0
 

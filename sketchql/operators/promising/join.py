@@ -50,6 +50,15 @@ planning has a fixed real cost per call, so on a wall clock arrivals wait
 until the account covers two rounds (or they span ``wall_defer`` seconds),
 see :meth:`PTJoin._defer`.
 
+Direct rounds (wall clock, desc, ``wall_direct``): under overload a planned
+round's fixed real cost (the pyramid descent of every arrival over the index
+view, the queue) can exceed the whole CPU share, and nothing is ever probed.
+Unless the account covers ``wall_rounds`` planned rounds at their measured
+cost, desc runs a direct round instead (:meth:`PTJoin._tick_direct`): it
+ingests the heaviest join values the account can probe (:mod:`.valueheat`),
+then probes each kept arrival over its whole window, heaviest first, and a
+round the account cannot pay sheds its batch.  The first round is direct.
+
 Everything is charged: besides inserts, estimates, probes and compares, a
 ``node`` for every entry dropped without a scan (expired probe tuple or
 cell) and for every sweep's zone list (``lookup_work``).  What a tick may
@@ -102,6 +111,8 @@ _FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind", "size")
 #: most entries popped per batch, and the first wall-clock batch (before calibration)
 _MAX_BATCH, _FIRST_WALL_BATCH = 4096, 8
 _ROW_BITS = 20   # (batch row, cell) pairs are packed as cell << 20 | row (rows < 2^20)
+#: wall clock: a planned round's cost in direct rounds, until one was measured (PTJoin._use_direct)
+_PLAN_VS_DIRECT = 4.0
 
 
 class PTJoin(PairOutput):
@@ -189,6 +200,9 @@ class PTJoin(PairOutput):
         self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
         self._backlog = {"side": [], "ts": [], "seq": [], "val": []}   # arrivals not planned yet
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
+        self._sec_direct = None     # wall clock: measured seconds of a direct round's fixed part (_tick_direct)
+        self.wall_direct = True     # wall clock, desc: direct rounds when planning cannot pay (_use_direct)
+        self._dheat = None          # direct rounds' value heat when desc does not shed by demand
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.wall_rounds = 2.0      # wall clock: a round waits until the account covers this many rounds
         self.aging = self._aging_rate(aging)
@@ -210,7 +224,8 @@ class PTJoin(PairOutput):
                        "allowance": 0.0, "debt_max": 0.0, "shed": 0, "unplanned": 0, "lookup_work": 0.0,
                        "max_forced": 0.0, "max_plan_overrun": 0.0, "deferred_ticks": 0,
                        "backlog_planned": 0, "unplanned_expired": 0,
-                       "rounds": 0, "round_seconds": 0.0, "probe_seconds": 0.0}
+                       "rounds": 0, "round_seconds": 0.0, "probe_seconds": 0.0,
+                       "direct_rounds": 0, "direct_probed": 0, "direct_unprobed": 0}
 
     def _aging_rate(self, aging) -> float:
         if aging is None:
@@ -275,11 +290,32 @@ class PTJoin(PairOutput):
         return min(limit, chunk_span(self.sources, self.window))
 
     def _round_waits(self) -> bool:
-        """A measured round costs more than the account can cover ``wall_rounds`` times."""
-        return self._sec_round is not None and self.account < self.wall_rounds * self._sec_round
+        """The next round (direct or planned, :meth:`_use_direct`) costs, as
+        measured, more than the account can cover ``wall_rounds`` times."""
+        c = self._sec_direct if self._use_direct() else self._sec_round
+        return c is not None and self.account < self.wall_rounds * c
 
-    def _note_round(self, seconds: float) -> None:
-        self._sec_round = seconds if self._sec_round is None else 0.8 * self._sec_round + 0.2 * seconds
+    def _use_direct(self) -> bool:
+        """Wall clock, desc: the next round is a direct one (:meth:`_tick_direct`)
+        unless the account covers ``wall_rounds`` planned rounds at their measured
+        cost.  Before a planned round was measured its cost is taken as
+        ``_PLAN_VS_DIRECT`` direct rounds (measured 6-8x in the bench's overload
+        regime); the very first round is direct (cheap, and it calibrates)."""
+        if not (self.wall and self.wall_direct and self.preference == "desc"):
+            return False
+        c = self._sec_round
+        if c is None:
+            if self._sec_direct is None:
+                return True
+            c = _PLAN_VS_DIRECT * self._sec_direct
+        return self.account < self.wall_rounds * c
+
+    def _note_round(self, seconds: float, direct: bool = False) -> None:
+        if direct:
+            self._sec_direct = seconds if self._sec_direct is None else 0.8 * self._sec_direct + 0.2 * seconds
+            self._stats["direct_rounds"] += 1
+        else:
+            self._sec_round = seconds if self._sec_round is None else 0.8 * self._sec_round + 0.2 * seconds
         self._stats["round_seconds"] += seconds
         self._stats["rounds"] += 1
 
@@ -296,6 +332,9 @@ class PTJoin(PairOutput):
         income = float(np.sum(allowance))
         if credit:
             self._credit(income)
+        if self._use_direct():
+            self._tick_direct(batch, income)
+            return
         clock = time.perf_counter
         t = t0 = clock() if self.wall else 0.0
         keep = self.admit_ingest(batch, income)
@@ -313,6 +352,168 @@ class PTJoin(PairOutput):
             self._note_round(t2 - t0)
         self.drain()
         self._note_debt()
+
+    def _tick_direct(self, batch, income: float) -> None:
+        """Wall clock, desc: a direct round (module doc, "Direct rounds").
+
+        A planned round's real cost is mostly fixed per call (the pyramid
+        descent of every arrival over the index view, the queue and its run
+        heap); under overload it exceeds the whole CPU share and nothing is
+        ever probed.  A direct round skips the planning: it ingests the
+        arrivals of the heaviest values (:mod:`.valueheat`) whose probes the
+        account can pay once the round's measured fixed part is paid, with
+        desc's demand margin (:func:`.admission.demand_fraction`; shed
+        arrivals are neither ingested nor probed), then probes them in the
+        preference's order -- the heaviest values first by the value heat
+        (``ValueHeat.counts`` of the value's slot: its sampled arrivals over
+        about a window, both streams), rid order within a value -- each
+        arrival scanning every cell of its bucket in the zones overlapping its
+        window (``rest_cells_many`` + one ``scan_many`` per batch), so its
+        pairs are all found at once and an arrival is probed at most once
+        (no dedup needed: live zones are disjoint).  The probe batches are
+        sized like :meth:`_drain_queue`'s (``BatchTimer``) and what the
+        account cannot cover is dropped unprobed (``direct_unprobed``; the
+        arrivals stay in the index as partners).  A round that finds the
+        account below its own measured fixed cost sheds the whole batch
+        (neither ingested nor probed, like SIMPLE-SHJ's drops), so the time
+        charged stays within the allowance plus one round.  Everything is
+        charged: the real seconds, and in ``stats()`` the units (inserts, the
+        heat's sample, one ``node`` per probed arrival's zone list, probes,
+        compares)."""
+        clock = time.perf_counter
+        t0 = clock()
+        st = self._stats
+        if self._sec_direct is not None and self.account < self._sec_direct:
+            st["shed"] += len(batch)
+            self.now = max(self.now, float(batch.ts[-1]))
+            self.account -= clock() - t0
+            self._note_debt()
+            return
+        keys = getattr(batch, self.key)
+        heat = self._heat
+        if heat is None:   # desc without demand shedding: a heat of its own
+            if self._dheat is None:
+                self._dheat = ValueHeat(self.seed, half_life=(self.window / 2 if math.isfinite(self.window)
+                                                              else 30.0))
+            heat = self._dheat
+        self._charge(COSTS["insert"] * heat.observe(keys, batch.seq, float(batch.ts[-1])), "insert_work")
+        # the heaviest values whose probes the account can pay once this round's fixed part is paid,
+        # with desc's demand margin (admission.demand_fraction; units at the measured seconds per unit)
+        f = 1.0
+        c1 = self._timer.fit()[1] if self._timer.n >= 3 else self._sec_per_unit
+        if self._demand is not None and c1:
+            avail = max(self.account - (self._sec_direct or 0.0), 0.0) / c1
+            f = demand_fraction(avail, len(batch), self._demand, self.demand_margin)
+        keep = None
+        if f < 1.0:
+            keep = heat.keep(keys, f)
+            if keep is None:
+                keep = keep_mask(keys, batch.seq, f, self.seed, True)
+            st["shed"] += int((~keep).sum())
+        sides = self.ingest(batch, keep)
+        self.charge_ingest(sides)
+        self._t0 = max(self._t0, float(batch.ts[0]))
+        t1 = clock()
+        self._calibrate_ingest(t1 - t0, sum(r.shape[0] for _, r in sides))
+        rows = np.concatenate([r for _, r in sides]) if sides else np.zeros(0, np.int64)
+        n = rows.shape[0]
+        side = np.concatenate([np.full(r.shape[0], sd, np.int8) for sd, r in sides]) if sides \
+            else np.zeros(0, np.int8)
+        if n:
+            o = np.lexsort((batch.seq[rows], -heat.counts[heat.slot(keys[rows])]))
+            rows, side = rows[o], side[o]
+        x_ts, val, x_rid = batch.ts[rows], keys[rows], batch.seq[rows]
+        w = self.window
+        t_lo = np.maximum(x_ts - w, self._t0 - w) if math.isfinite(w) else np.full(n, -math.inf)
+        # every non-empty cell of each arrival's bucket in a zone overlapping its window, by row
+        c_row, c_cell, c_cost = [], [], []
+        for sd in (0, 1):
+            m = np.flatnonzero(side == sd)
+            if m.shape[0]:
+                r, c, sz = self.sources[1 - sd].rest_cells_many(val[m], t_lo[m], x_ts[m])
+                c_row.append(m[r]); c_cell.append(c); c_cost.append(COSTS["probe"] + COSTS["compare"] * sz)
+        c_row = np.concatenate(c_row) if c_row else np.zeros(0, np.int64)
+        c_cell = np.concatenate(c_cell) if c_cell else np.zeros(0, np.int64)
+        c_cost = np.concatenate(c_cost) if c_cost else np.zeros(0)
+        if len(c_row) > 1:
+            o = np.argsort(c_row, kind="stable")
+            c_row, c_cell, c_cost = c_row[o], c_cell[o], c_cost[o]
+        est = np.full(n, COSTS["node"])          # the zone list of each arrival
+        np.add.at(est, c_row, c_cost)
+        if n:   # estimated probe units per arrival (admission.demand_fraction), as plan() measures it
+            d = float(est.sum()) / n
+            self._demand = d if self._demand is None else 0.7 * self._demand + 0.3 * d
+        t2 = clock()
+        self.account -= t2 - t0
+        self._note_round(t2 - t0, direct=True)
+        # probe batches, heaviest first, while the account lasts
+        cum = np.cumsum(est)
+        c_at = np.searchsorted(c_row, np.arange(n + 1), "left")   # cells of rows [a, b): c_at[a]:c_at[b]
+        done = 0
+        while done < n and self.account > 0:
+            ts0 = clock()
+            if self._timer.n >= 3:
+                need = self._timer.units(self.account)
+            else:
+                need = self.account / self._sec_per_unit if self._sec_per_unit else math.nan
+            base = float(cum[done - 1]) if done else 0.0
+            if need != need:   # not calibrated yet: a small first batch
+                take = min(n - done, _FIRST_WALL_BATCH)
+            else:
+                take = int(np.searchsorted(cum[done:], base + need, "right"))
+                if take == 0:   # the first arrival alone costs more than the account: started anyway
+                    take = 1
+                    st["max_forced"] = max(st["max_forced"], float(est[done]))
+            b = done + take
+            est_taken = float(cum[b - 1]) - base
+            self._charge(COSTS["node"] * take, "lookup_work")
+            ca, cb = int(c_at[done]), int(c_at[b])
+            cr, cc = c_row[ca:cb], c_cell[ca:cb]
+            for sd in (0, 1):
+                m = np.flatnonzero(side[cr] == sd)
+                if not m.shape[0]:
+                    continue
+                rr = cr[m]
+                q, y_rid, y_ts, comps = self.sources[1 - sd].scan_many(cc[m], val[rr], t_lo[rr], x_ts[rr])
+                self._charge(COSTS["probe"] * m.shape[0] + COSTS["compare"] * comps)
+                st["probes"] += int(m.shape[0])
+                st["compares"] += int(comps)
+                if y_rid.shape[0]:
+                    xr = rr[q]
+                    self._emit_direct(x_rid[xr], x_ts[xr], sd, val[xr], y_rid, y_ts)
+            dt = clock() - ts0
+            self.account -= dt
+            st["probe_seconds"] += dt
+            st["max_batch_work"] = max(st["max_batch_work"], dt)
+            if est_taken > 0:
+                self._timer.add(est_taken, dt)
+                r = dt / est_taken
+                self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+            done = b
+        st["direct_probed"] += done
+        st["direct_unprobed"] += n - done
+        if self.account > 0 and len(self.queue):   # entries of earlier planned rounds
+            self._drain_queue()
+        self._note_debt()
+
+    def _emit_direct(self, x_rid, x_ts, side: int, val, y_rid, y_ts) -> None:
+        """Emit the matches of direct probes (:meth:`_tick_direct`): only pairs
+        found by their later member (``y < x``); no dedup (an arrival is probed
+        once, over disjoint live zones)."""
+        ok = y_rid < x_rid
+        if not ok.all():
+            x_rid, x_ts, val, y_rid, y_ts = x_rid[ok], x_ts[ok], val[ok], y_rid[ok], y_ts[ok]
+        k = y_rid.shape[0]
+        if k == 0:
+            return
+        out = self._out
+        if side == 0:
+            out["a"].append(x_rid); out["b"].append(y_rid); out["ta"].append(x_ts); out["tb"].append(y_ts)
+        else:
+            out["a"].append(y_rid); out["b"].append(x_rid); out["ta"].append(y_ts); out["tb"].append(x_ts)
+        out["val"].append(np.asarray(val, np.int64))
+        out["at"].append(np.full(k, self.now))
+        self._stats["outputs"] += k
 
     def _credit(self, units: float) -> None:
         self.account += units
