@@ -266,6 +266,12 @@ def shj_need_seconds(arr, window) -> float:
     return time.perf_counter() - t0
 
 
+#: the wall-clock desc's private index keeps one granularity more than its window needs (history
+#: 150-310 s instead of 70-150 s: up to 2x the tuples): a direct round may then span wall_defer (5 s)
+#: instead of one 2.5 s time chunk (admission.chunk_span), i.e. half the rounds' fixed cost
+WALL_DEPTH = 5
+
+
 def wall_index_config(seed):
     """The wall-clock desc's private index: 256 value buckets of d = 3 x w = 16
     count sketches (a pyramid node 98 KB instead of the unit-budget runs' 655 KB
@@ -286,7 +292,7 @@ def run_join_wall(lam, window, duration, rho, seed=1):
     need = shj_need_seconds(arr, window)
     fraction = rho * need / max(float(arr.ts[-1] - arr.ts[0]), 1e-9)
     ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed, demand_shed=True,
-                        source_options={"config": wall_index_config(seed)}),
+                        source_options={"config": wall_index_config(seed), "depth": WALL_DEPTH}),
            "shj": SimpleSHJ(window=window, max_backlog=fraction * TICK, name="shj")}
     t0 = time.perf_counter()
     replay(arr, ops, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=TICK)

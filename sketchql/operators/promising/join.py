@@ -202,6 +202,7 @@ class PTJoin(PairOutput):
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
         self._sec_direct = None     # wall clock: measured seconds of a direct round's fixed part (_tick_direct)
         self.wall_direct = True     # wall clock, desc: direct rounds when planning cannot pay (_use_direct)
+        self.wall_rounds_direct = 4.0   # wall clock: a direct round waits until the account covers this many
         self._dheat = None          # direct rounds' value heat when desc does not shed by demand
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.wall_rounds = 2.0      # wall clock: a round waits until the account covers this many rounds
@@ -291,8 +292,14 @@ class PTJoin(PairOutput):
 
     def _round_waits(self) -> bool:
         """The next round (direct or planned, :meth:`_use_direct`) costs, as
-        measured, more than the account can cover ``wall_rounds`` times."""
-        c = self._sec_direct if self._use_direct() else self._sec_round
+        measured, more than the account can cover ``wall_rounds`` times
+        (``wall_rounds_direct`` for a direct round: 4, so that about 3/4 of the
+        account goes to probing rather than to the rounds' fixed part)."""
+        if self._use_direct():
+            return self._sec_direct is not None and self.account < self.wall_rounds_direct * self._sec_direct
+        c = self._sec_round
+        if c is None and self._sec_direct is not None and self.wall_direct and self.preference == "desc":
+            c = _PLAN_VS_DIRECT * self._sec_direct   # a planned round not measured yet (_use_direct)
         return c is not None and self.account < self.wall_rounds * c
 
     def _use_direct(self) -> bool:
@@ -492,8 +499,11 @@ class PTJoin(PairOutput):
             done = b
         st["direct_probed"] += done
         st["direct_unprobed"] += n - done
-        if self.account > 0 and len(self.queue):   # entries of earlier planned rounds
-            self._drain_queue()
+        if len(self.queue):
+            if self.account > 0:   # entries of earlier planned rounds
+                self._drain_queue()
+        elif done == n:   # everything probed: idle time cannot be banked
+            self._idle()
         self._note_debt()
 
     def _emit_direct(self, x_rid, x_ts, side: int, val, y_rid, y_ts) -> None:
