@@ -703,7 +703,7 @@ class PTJoin(PairOutput):
             if cache is not None and ck in cache:
                 res = cache[ck]
             else:
-                res = other.regions(vals, t_from, float(ts.max()), self.now, self.fade)
+                res = _regions_by_value(other, vals, t_from, float(ts.max()), self.now, self.fade)
                 if cache is not None:
                     cache[ck] = res
             probe, cell, est, gran, prio, size, nodes = res
@@ -1161,6 +1161,36 @@ class PTJoin(PairOutput):
     # ------------------------------------------------------------------ results
     def stats(self) -> dict:
         return dict(self._stats, queued=len(self.queue), account=self.account)
+
+
+def _regions_by_value(source, vals, t_from: float, t_to: float, now: float, fade: float):
+    """``source.regions`` of the probe values ``vals`` over one window, looked
+    up once per distinct value: the regions of a value depend only on the
+    value and the (scalar) window, so every arrival of a value gets its
+    value's rows -- the same rows in the same (granularity, probe, slot) order
+    as one lookup per arrival -- and only the distinct values' summary
+    estimates are done and charged (``nodes``).  A hot value arrives many
+    times per tick."""
+    uv, inv = np.unique(vals, return_inverse=True)
+    if uv.shape[0] == vals.shape[0]:
+        return source.regions(vals, t_from, t_to, now, fade)
+    pu, cell, est, gran, prio, size, nodes = source.regions(uv, t_from, t_to, now, fade)
+    if not pu.shape[0]:
+        return pu, cell, est, gran, prio, size, nodes
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")              # arrivals grouped by value, in row order
+    cnt = np.bincount(inv, minlength=uv.shape[0])
+    first = np.cumsum(cnt) - cnt
+    rep = cnt[pu]
+    k = np.repeat(np.arange(pu.shape[0]), rep)          # region row of each expanded row
+    within = np.arange(k.shape[0]) - np.repeat(np.cumsum(rep) - rep, rep)
+    probe = order[first[pu][k] + within]
+    # the source's row order: (block, probe, ...) with block the granularity (StreamIndex) or the
+    # zone (the mini index); a stable sort keeps the rest (slots) in the source's order
+    block = cell[k] if getattr(source, "region_block", "granularity") == "cell" else gran[k]
+    o = np.lexsort((probe, block))
+    k, probe = k[o], probe[o]
+    return probe, cell[k], est[k], gran[k], prio[k], size[k], nodes
 
 
 def _release(pend, span: float, chunk: float):

@@ -45,6 +45,7 @@ from ._miniindex import MiniIndex
 
 class MiniSource:
     may_repeat = False
+    region_block = "cell"    # regions() rows are ordered (zone, probe)
 
     def __init__(self, window: float, seed: int = 0, zone_seconds: float = 5.0, n_buckets: int = 64,
                  t1: float = 10.0, rate: int = 2, depth: int = 4, min_estimate: float = 0.5):
