@@ -145,7 +145,7 @@ class PTJoin(PairOutput):
     demand_shed : desc only -- cap the share of arrivals ingested by the
         probe work they queue (:func:`.admission.demand_fraction`: no inserts
         for entries the budget can never probe), keeping the heaviest join
-        values (:mod:`.valueheat`; a sample of 1/16 of the arrivals is
+        values (:mod:`.valueheat`; a sample of 1/64 of the arrivals is
         counted, one ``insert`` each).  Off by default: an index
         shared with the engine holds every tuple anyway, and a query's answer
         must not depend on whether its index is shared; asc (rare values) and

@@ -17,7 +17,11 @@ of the arrivals (every ``stride``-th row id): each sampled arrival adds 1 to
 the counter of its value's slot (a seeded hash into ``slots`` counters);
 counters decay by ``2^(-dt / half_life)`` of event time (popularity
 drifts).  The caller charges one ``insert`` per sampled arrival (the sample
-is a small hash table of counters), i.e. ``1 / stride`` per arrival.
+is a small hash table of counters), i.e. ``1 / stride`` per arrival.  The
+default stride 64 counts ~3 arrivals a second at 200 arrivals/s, enough to
+rank the few values that carry most pairs; a stride of 16 spent 0.6 % of
+desc's budget at 10 ms on the sample alone (``bench_promising``: desc / bound
+93.7 % with 16, 94.1 % with 64; 32: 93.8 %).
 :meth:`ValueHeat.keep` then keeps the arrivals whose slot is among the
 heaviest slots holding a share ``f`` of the counted mass (the slot that
 crosses ``f`` included).  Values never sampled are kept only when ``f``
@@ -50,7 +54,7 @@ class ValueHeat:
     (every stride-th row id is counted), ``half_life`` (event seconds).
     """
 
-    def __init__(self, seed: int = 0, slots: int = 4096, stride: int = 16, half_life: float = 30.0):
+    def __init__(self, seed: int = 0, slots: int = 4096, stride: int = 64, half_life: float = 30.0):
         if slots < 1 or stride < 1 or not (half_life > 0):
             raise ValueError(f"ValueHeat: need slots >= 1, stride >= 1, half_life > 0; got "
                              f"{slots!r}, {stride!r}, {half_life!r}")
