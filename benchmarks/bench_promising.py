@@ -76,7 +76,23 @@ with the 1-minute load average).  The table splits PT's seconds into rounds
 (ingest + planning, mostly a fixed cost per round in the index) and probe
 batches and shows ``pt_max%``: PT's output had all CPU left after its
 rounds gone to probing at its measured probe rate (nan: it never probed --
-its rounds alone took the whole allowance).
+its rounds alone took the whole allowance).  In this regime desc runs
+*direct rounds* (``PTJoin._tick_direct``: a planned round -- the pyramid
+descent of every arrival, the queue -- cost 3-8 ms, more than the whole CPU
+share, and PT produced 0 at every rate): each round ingests the heaviest
+join values the account can probe and probes each kept arrival over its
+whole window, heaviest first; a round the account cannot pay sheds its
+batch.  Its private index is lighter (:func:`wall_index_config`,
+``WALL_DEPTH``, ``WALL_G1_SLOTS``).  What still bounds it at 50 and 100 ms
+(measured, quiet machine): a direct round costs 1.2-1.5 ms whatever its
+size (two index ingests of ~0.3-0.5 ms each -- zone detection, sketch and
+pyramid updates, COLLAPSE, dozens of numpy calls -- plus the zone lists and
+the value heat), and covering 30 s takes at least 6 rounds of 5 s
+(``wall_defer``): >= 7 ms against a CPU share of ~3.9 ms at 50 ms and
+~1.65 ms at 100 ms (SIMPLE-SHJ needs ~6 us per arrival).  So at those rates
+PT can afford to ingest only 1-3 rounds out of 6, and pairs need both
+members ingested; a round would have to cost ~0.1 ms (12x less) for desc to
+be ahead at 100 ms.
 
 Selection (Figure 15a): besides % of output, the units per arrival each
 approach *needs* to answer all 100 queries (measured with an unlimited
@@ -270,6 +286,10 @@ def shj_need_seconds(arr, window) -> float:
 #: 150-310 s instead of 70-150 s: up to 2x the tuples): a direct round may then span wall_defer (5 s)
 #: instead of one 2.5 s time chunk (admission.chunk_span), i.e. half the rounds' fixed cost
 WALL_DEPTH = 5
+#: ... and reserves its G1 pyramid for 8 zones when it is created (IndexSource(g1_slots=8)): G1
+#: otherwise grows 1 -> 2 -> 4 -> 8 slots during the first periods (a new store and its sums each
+#: time), which in the 30 s --quick run is 2 grows per stream inside ~4 rounds
+WALL_G1_SLOTS = 8
 
 
 def wall_index_config(seed):
@@ -292,7 +312,8 @@ def run_join_wall(lam, window, duration, rho, seed=1):
     need = shj_need_seconds(arr, window)
     fraction = rho * need / max(float(arr.ts[-1] - arr.ts[0]), 1e-9)
     ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed, demand_shed=True,
-                        source_options={"config": wall_index_config(seed), "depth": WALL_DEPTH}),
+                        source_options={"config": wall_index_config(seed), "depth": WALL_DEPTH,
+                                        "g1_slots": WALL_G1_SLOTS}),
            "shj": SimpleSHJ(window=window, max_backlog=fraction * TICK, name="shj")}
     t0 = time.perf_counter()
     replay(arr, ops, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=TICK)

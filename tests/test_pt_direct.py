@@ -95,3 +95,25 @@ def test_direct_probes_go_heaviest_value_first():
     assert first.shape[0] > 0 and np.all(first == 7)
     r = evaluate_join(arr, 10.0, *q.pairs())
     assert r["invalid"] == 0 and r["duplicates"] == 0 and r["n_produced"] == r["n_exact"]
+
+
+def test_reserved_g1_slots_change_nothing_but_the_growth():
+    """IndexSource(g1_slots=k) reserves G1's pyramid up front (the wall-clock
+    bench's private index): same zones, same sketches, same canonical bytes
+    and the same join as an index that grows while it runs."""
+    from sketchql.operators.promising.sources import IndexSource
+
+    arr = interleave(generate_stores(1, duration=45.0, mean_interarrival=0.01, seed=6))
+    a, b = IndexSource(20.0, seed=1), IndexSource(20.0, seed=1, g1_slots=8)
+    assert a.ix.grans[0].cap == 1 and b.ix.grans[0].cap == 8
+    for lo in range(0, len(arr), 97):
+        hi = min(len(arr), lo + 97)
+        a.ingest(arr.item[lo:hi], arr.ts[lo:hi], arr.seq[lo:hi])
+        b.ingest(arr.item[lo:hi], arr.ts[lo:hi], arr.seq[lo:hi])
+    assert a.ix.grans[0].cap > 1 and b.ix.grans[0].cap == 8     # a grew while running, b did not
+    assert a.ix.to_bytes() == b.ix.to_bytes()
+    q = PTJoin(window=15.0, preference="desc", source_options={"g1_slots": 8})
+    arr2 = interleave(generate_stores(2, duration=25.0, mean_interarrival=0.02, seed=2))
+    replay(arr2, {"q": q}, TimeBudget(fraction=50.0, wall_clock=True), tick_seconds=0.25)
+    ea, eb = exact_join_pairs(arr2, 15.0)
+    assert np.array_equal(_key(*q.pairs(), len(arr2)), _key(ea, eb, len(arr2)))
