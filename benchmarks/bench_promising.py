@@ -328,6 +328,12 @@ def run_join_wall(lam, window, duration, rho, seed=1):
     res["_cpu"] = fraction * float(arr.ts[-1] - arr.ts[0])
     res["_need"] = need
     res["_fraction"] = fraction
+    # the floor of PT's fixed cost: rounds of at most its latency bound (wall_defer / one time chunk)
+    # must cover the stream, each at least the mean measured round
+    pt = ops["pt"]
+    st = pt.stats()
+    res["_min_rounds"] = math.ceil(float(arr.ts[-1] - arr.ts[0]) / pt._defer_limit())
+    res["_round_mean"] = st["round_seconds"] / st["rounds"] if st["rounds"] else math.nan
     return res
 
 
@@ -599,21 +605,25 @@ def main(argv=None):
                              r["shj"]["pct_output"], r["pt"]["pct_output"],
                              r["pt"]["pct_output"] / max(r["shj"]["pct_output"], 1e-9), r["shj"]["units"],
                              r["pt"]["units"], ps["rounds"], ps["round_seconds"], ps["probe_seconds"], pt_max,
-                             r["_seconds"]])
+                             r["_min_rounds"] * r["_round_mean"] / max(r["_cpu"], 1e-12), r["_seconds"]])
         table("Wall-clock budget -- desc PT-Join vs SIMPLE-SHJ, one-minute window, overloaded: shj_need_s = real "
               "seconds the exact SIMPLE-SHJ needs for the stream (measured first, unlimited budget); each operator "
               "gets rho * shj_need_s in all (cpu_frac of every gap, cpu_s in all); units = work units each got done "
               "in that real time (noisy: shared machine); round_s / probe_s = PT's seconds in rounds (ingest + "
               "planning, mostly a fixed cost per round) and in probe batches; pt_max% = PT's output if all CPU left "
-              "after its rounds went to probing at its measured probe rate",
+              "after its rounds went to probing at its measured probe rate; fixed/cpu = the fewest rounds that "
+              "cover the stream within PT's latency bound (wall_defer) times its mean measured round, over cpu_s "
+              "(> 1: PT cannot even ingest every arrival in its share)",
               ["ms", "rho", "shj_need_s", "cpu_frac", "cpu_s", "exact", "shj%", "pt_desc%", "ratio", "shj_units",
-               "pt_units", "rounds", "round_s", "probe_s", "pt_max%", "sec"], rows)
+               "pt_units", "rounds", "round_s", "probe_s", "pt_max%", "fixed/cpu", "sec"], rows)
         try:
             load = " load_avg_1m=%.2f" % os.getloadavg()[0]
         except OSError:   # pragma: no cover - no load average on this platform
             load = ""
         print("# wall-clock desc/SHJ output ratio: " + " ".join(f"{r[0]:g}ms@rho{r[1]:g}={r[8]:.3f}" for r in rows)
               + load)
+        print("# wall-clock PT fixed round cost / CPU share (> 1: its rounds alone exceed the share): "
+              + " ".join(f"{r[0]:g}ms@rho{r[1]:g}={r[15]:.2f}" for r in rows))
         rows = [[r[0], r[1], None, None, None, None, r[8]] for r in rows]
         WALL = {(r[0], r[1]): r[6] for r in rows}
 
