@@ -58,7 +58,7 @@ except Exception:   # pragma: no cover
 
 
 def _njit(f):
-    return numba.njit(cache=True)(f) if ENABLED else f
+    return numba.njit(cache=True, nogil=True)(f) if ENABLED else f
 
 
 @_njit

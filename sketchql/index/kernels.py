@@ -45,6 +45,10 @@ loop would make numba reference-count them at every iteration).  The
 index keeps them in a :class:`BufferPool` (recycled between calls, large
 results borrow them instead of being copied out).
 
+Threads: every kernel called from Python is ``nogil=True`` (array code only, no Python
+objects), so ingest and probes do not hold the GIL while they run (a service's event loop runs
+beside its apply thread); callers still serialize access to one index.
+
 Compile time: every kernel is ``@numba.njit(cache=True)``.  The first use in
 a fresh clone compiles them: ~10 s for all of them on this shared 2-core
 machine (measured: the probe kernel ~4 s for int64 values + ~2 s for
@@ -91,7 +95,7 @@ def _mix(z):
     return z ^ (z >> _S31)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _hash_into(codes, hp, B, bucket, idx, sgn):
     """:func:`hash_cells` into given arrays, parameters packed as in :func:`probe_kview`."""
     d = idx.shape[0]
@@ -156,7 +160,7 @@ def _median5(a, b, c, d, e):
     return min(a, d)                                   # the smallest of a <= b and d
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _match_regions(nr, rp, rk, rest, bucket, keys, tf, tt, B, sketch, hot_k, use_hc, clen, cstart,
                    Vc, Tc, Rc, hcstart, hcV, hcT, hcR, HV, HT, HR, hnext, hhead, mp, mreg, mv, mt, mr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
@@ -233,7 +237,7 @@ def _match_regions(nr, rp, rk, rest, bucket, keys, tf, tt, B, sketch, hot_k, use
     return nm
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
                 Vc, Tc, Rc, hot_k, HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart, hcn,
@@ -357,7 +361,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     return nr, nm, visited, flat, work
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def arena_cells(V, T, R, nxt, head, oV, oT, oR, start):
     """A per-bucket linked arena laid out in cell order (bucket, then arrival) into ``oV``/``oT``/``oR``;
     ``start[b]`` = position of cell b's first tuple.  Returns the number of tuples."""
@@ -374,7 +378,7 @@ def arena_cells(V, T, R, nxt, head, oV, oT, oR, start):
     return k
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def arena_append(V, T, R, nxt, head, tail, count, n, v, t, r, b):
     """Append tuples (arrival order) to a per-bucket linked arena; returns the new size."""
     for i in range(r.shape[0]):
@@ -393,7 +397,7 @@ def arena_append(V, T, R, nxt, head, tail, count, n, v, t, r, b):
     return n + r.shape[0]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def pyramid_ranges(lo_leaf, hi_leaf, lo, hi):
     """Node ranges of a pyramid stored level 0 first: leaves, then min/max of children pairs."""
     n = lo_leaf.shape[0]
@@ -425,7 +429,7 @@ def _upper(T, x):
     return a
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
     """Raw-window join: V/T sorted by time; per probe, tuples with t_from < ts <= t_to and V == key.
 
@@ -662,14 +666,14 @@ def _node_row_median(rownorm, n, f2, rows):
             f2[n, b] = 0.5 * (rows[d // 2 - 1] + rows[d // 2])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def row_norms_into(store, nodes, rownorm):
     """``rownorm[n, b, r] = sum_c store[n, b, r, c]^2`` for n in ``nodes`` (exact int64)."""
     for n in nodes:
         _node_row_norms(store, n, rownorm)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def row_median_into(rownorm, nodes, f2):
     """``f2[n, b] = median over r of rownorm[n, b, r]`` for n in ``nodes`` (:func:`_node_row_median`)."""
     rows = np.empty(rownorm.shape[2], dtype=rownorm.dtype)
@@ -677,7 +681,7 @@ def row_median_into(rownorm, nodes, f2):
         _node_row_median(rownorm, n, f2, rows)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def thresholds(f2, nodes, min_est, sigma, w):
     """``max(min_est, sigma * sqrt(max(f2[n], 0) / w))`` for n in ``nodes``: (len(nodes), B)."""
     out = np.empty((nodes.shape[0], f2.shape[1]))
@@ -688,7 +692,7 @@ def thresholds(f2, nodes, min_est, sigma, w):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def concat_perm(offs):
     """Positions, in the concatenation of C bucket-sorted chunks with offsets ``offs`` (C, B + 1),
     of the tuples in cell order (bucket, then chunk, then position)."""
@@ -709,7 +713,7 @@ def concat_perm(offs):
     return perm
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def refresh_f2(store, rownorm, norm_dirty, f2_stale, f2):
     """``Granularity.f2_nodes`` in one call: recompute the row norms of the ``norm_dirty`` nodes
     (:func:`row_norms_into`), then the F2 medians of the stale ones (:func:`row_median_into`);
@@ -725,7 +729,7 @@ def refresh_f2(store, rownorm, norm_dirty, f2_stale, f2):
             f2_stale[n] = False
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def refresh_gran(lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale, f2, F2):
     """One granularity's part of the compiled probe view in one call: :func:`pyramid_ranges`
     (``lo``/``hi``), :func:`refresh_f2` of the dirty/stale nodes (in place, as
