@@ -169,7 +169,10 @@ def _first_above_from_end(T, st, en, x, tf, tt, steps):
 @_njit
 def _scan_kernel(V, T, off, b, keys, tf, tt, need_lo, need_hi, srt, out_row, out_pos):
     """Fill ``out_row`` / ``out_pos`` (only counted beyond their length);
-    returns (matches, tuples examined)."""
+    returns (matches, tuples examined).  Where the outputs have room for a
+    whole run, the run is indexed unsigned (numba wraps signed indexes that
+    may be negative: a compare and select per access, ~2x per tuple in the
+    index's probe kernel)."""
     steps = np.zeros(1, np.int64)
     work = 0
     nm = 0
@@ -188,6 +191,15 @@ def _scan_kernel(V, T, off, b, keys, tf, tt, need_lo, need_hi, srt, out_row, out
             # distinct tuples examined: at most the cell (a position both searches
             # read is counted twice here, hence the cap)
             work += min(steps[0] + run, en - st)
+            if run > 0 and nm + run <= cap:        # room for the whole run: unsigned indexes (no wrap test)
+                u = np.uint64(nm)
+                for i in range(np.uint64(lo), np.uint64(hi)):
+                    if V[i] == key:
+                        out_row[u] = r
+                        out_pos[u] = i
+                        u += np.uint64(1)
+                nm = np.int64(u)
+                continue
             for i in range(lo, hi):
                 if V[i] == key:
                     if nm < cap:
@@ -196,8 +208,19 @@ def _scan_kernel(V, T, off, b, keys, tf, tt, need_lo, need_hi, srt, out_row, out
                     nm += 1
         else:
             work += en - st
+            a = tf[r]
+            e = tt[r]
+            if nm + (en - st) <= cap:
+                u = np.uint64(nm)
+                for i in range(np.uint64(st), np.uint64(en)):
+                    if V[i] == key and T[i] > a and T[i] <= e:
+                        out_row[u] = r
+                        out_pos[u] = i
+                        u += np.uint64(1)
+                nm = np.int64(u)
+                continue
             for i in range(st, en):
-                if V[i] == key and T[i] > tf[r] and T[i] <= tt[r]:
+                if V[i] == key and T[i] > a and T[i] <= e:
                     if nm < cap:
                         out_row[nm] = r
                         out_pos[nm] = i
