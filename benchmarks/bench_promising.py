@@ -83,7 +83,7 @@ share, and PT produced 0 at every rate): each round ingests the heaviest
 join values the account can probe and probes each kept arrival over its
 whole window, heaviest first; a round the account cannot pay sheds its
 batch.  Its private index is lighter (:func:`wall_index_config`,
-``WALL_DEPTH``, ``WALL_G1_SLOTS``).  What still bounds it at 50 and 100 ms
+``WALL_DEPTH``).  What still bounds it at 50 and 100 ms
 (measured, quiet machine): a direct round costs 1.2-1.5 ms whatever its
 size (two index ingests of ~0.3-0.5 ms each -- zone detection, sketch and
 pyramid updates, COLLAPSE, dozens of numpy calls -- plus the zone lists and
@@ -286,10 +286,6 @@ def shj_need_seconds(arr, window) -> float:
 #: 150-310 s instead of 70-150 s: up to 2x the tuples): a direct round may then span wall_defer (5 s)
 #: instead of one 2.5 s time chunk (admission.chunk_span), i.e. half the rounds' fixed cost
 WALL_DEPTH = 5
-#: ... and reserves its G1 pyramid for 8 zones when it is created (IndexSource(g1_slots=8)): G1
-#: otherwise grows 1 -> 2 -> 4 -> 8 slots during the first periods (a new store and its sums each
-#: time), which in the 30 s --quick run is 2 grows per stream inside ~4 rounds
-WALL_G1_SLOTS = 8
 
 
 def wall_index_config(seed):
@@ -312,8 +308,7 @@ def run_join_wall(lam, window, duration, rho, seed=1):
     need = shj_need_seconds(arr, window)
     fraction = rho * need / max(float(arr.ts[-1] - arr.ts[0]), 1e-9)
     ops = {"pt": PTJoin(window=window, preference="desc", fade=FADE, name="desc", seed=seed, demand_shed=True,
-                        source_options={"config": wall_index_config(seed), "depth": WALL_DEPTH,
-                                        "g1_slots": WALL_G1_SLOTS}),
+                        source_options={"config": wall_index_config(seed), "depth": WALL_DEPTH}),
            "shj": SimpleSHJ(window=window, max_backlog=fraction * TICK, name="shj")}
     t0 = time.perf_counter()
     replay(arr, ops, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=TICK)

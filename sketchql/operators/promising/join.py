@@ -393,6 +393,9 @@ class PTJoin(PairOutput):
         if self._sec_direct is not None and self.account < self._sec_direct:
             st["shed"] += len(batch)
             self.now = max(self.now, float(batch.ts[-1]))
+            # the estimate decays while no round runs: one costly round (a kernel loaded on first use,
+            # a pause) must not shed every later batch; the next round that runs measures it again
+            self._sec_direct *= 0.8
             self.account -= clock() - t0
             self._note_debt()
             return
@@ -1251,6 +1254,7 @@ class PTJoinGroup:
                 raise SketchQLError("PTJoinGroup: all queries must join the same streams on the same key")
             q.sources = lead.sources
             q._dedup = PairSet() if any(s.may_repeat for s in lead.sources) else None
+            q.wall_direct = False   # the group ingests once and plans every query (no direct rounds)
         self._lead = lead
         self._pend = []   # wall clock: arrivals waiting for a round (tick)
         w = np.array([q.weight for q in self.queries], np.float64)

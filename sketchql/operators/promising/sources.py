@@ -167,8 +167,7 @@ class IndexSource:
     may_repeat = True
 
     def __init__(self, window: float, index=None, granularity: float = 10.0, rate: int = 2,
-                 depth: int | None = None, config=None, name: str = "pt", seed: int = 0,
-                 g1_slots: int | None = None):
+                 depth: int | None = None, config=None, name: str = "pt", seed: int = 0):
         from ...index import IndexConfig, StreamIndex, SummaryDeclaration
 
         if index is None:
@@ -188,8 +187,6 @@ class IndexSource:
             # cell holds a quarter of the other values (compares without output, issue 16)
             cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=256, w=64, seed=seed)
             index = StreamIndex(decl, cfg)
-            if g1_slots:   # reserve G1's pyramid for that many zones: no growth (alloc + sums) while running
-                index.grans[0].grow(int(g1_slots))
         self.ix = index
         self.t1 = float(index.decl.granularity)
 
