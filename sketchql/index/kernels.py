@@ -526,7 +526,11 @@ class ProbeBuffers:
         self.rest = np.empty(regions, dtype=np.float64)
         fields = (("mp", np.dtype(np.int64)), ("mreg", np.dtype(np.int64)), ("mv", self.vdtype),
                   ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)))
-        sizes = [-(-matches * t.itemsize // 64) * 64 for _, t in fields]       # 64-byte aligned slices
+        # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
+        # are powers of two, and streams written in lockstep at addresses equal modulo a large power
+        # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output
+        # instead of 1.8)
+        sizes = [-(-matches * t.itemsize // 64) * 64 + _STAGGER for _, t in fields]
         blk = _block(sum(sizes))
         o = 0
         for (name, t), sz in zip(fields, sizes):
@@ -634,6 +638,7 @@ class BufferPool:
 
 
 _HUGE = 1 << 21          # transparent huge page
+_STAGGER = 37 * 64       # bytes between consecutive match arrays beyond their size (see ProbeBuffers.alloc)
 
 
 def _block(nbytes: int) -> np.ndarray:
