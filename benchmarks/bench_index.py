@@ -77,48 +77,50 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   that ratio measured on the same streams (:func:`ratio_bound`), keys
   ``t_hit_ratio_bound_6k`` / ``t_hit_ratio_bound_60k``: t_hit is per output;
   a raw scan compares 1/selectivity tuples per output (window / outputs per
-  probe: ~55-62 here, a property of the value distribution, not of the
+  probe: ~46-62 here, a property of the value distribution, not of the
   window) and emits the output, T4 at least emits it, so ratio <= (c_compare
-  / sel + c_emit) / c_emit, which does not grow with the window.  c_emit
-  does grow with the output volume of a call: ~5 ns per output while a
-  call's ~54k outputs (2 MB) stay in cache, ~15-20 ns at ~4.7M outputs (190
-  MB, memory bandwidth), so the 60k bound is ~10-13, below the 20x target.
-  Why T4 got relatively worse at 60k before (3.95 -> 2.30): each call's
-  matches were written into a reused buffer and then copied into fresh
-  arrays (190 MB per call at 60k, every page faulted on first touch: ~15 us
-  per 4 KiB page on this VM, 17 ms to copy 4.8 MB into fresh memory vs 0.8 ms
-  into reused memory), and the whole kernel was re-run whenever a call's
-  output outgrew the buffer (the first call and each time a batch crossed a
-  power of two: 2 of the 3 timed calls at 60k in ``--quick``).  The
-  compiled T1 scan had the same re-run on every call (its output array
-  started at 256 entries).  Both fixed (recycled buffers sized from the
-  last call, grown at least 2x).  Third, per-probe work that grew with the window: the open
-  (hot) zone's cells were walked as per-bucket linked lists, a chain of
-  dependent loads that misses the cache once the zone holds ~10k+ tuples;
-  a large batch now reads a cell-ordered copy (kernel at 60k: 34 -> 25 ns
-  per output, warm).  View refresh (~1 ns per output) and the pyramid
-  descent (~3.5 nodes per probe, ~1 us per probe) were not the problem.
-  What is left at 60k is memory bandwidth: T4 writes 40 B per output into
-  a 190 MB result and reads ~1.6 stored tuples; the bound's c_emit (32 B
-  written per output) is measured the same way.
-  Where T4's time went at 6k (issue 16 follow-up; profiled per call, CPU
-  time, ~55k outputs per call, shared machine): (1) a result filling less
-  than a quarter of its recycled buffer set was copied into fresh arrays,
-  ~20 ns per output of page faults, more than the kernel: now a result is
-  lent unless it would pin a set > 16x its size, and sets grow at least
-  2x (fewer re-allocations while the output per call grows); A/B on the
-  same machine: T4 CPU t_hit 28-34 -> 24-26 ns per output.  (2) Tried and
-  reverted: cells kept stably sorted by value (binary search of the key's
-  run instead of comparing the cell: 1.5 tuples per output, a branch that
-  mispredicts) and the hot copy rebuilt at ingest: the kernel alone got
-  ~8% faster warm, but in situ t_hit did not move (A/B, 6k and 60k) and
-  t_ins rose.  Left per call at 6k (~55k outputs, CPU): kernel ~0.6 ms
-  warm / ~0.8-1 ms right after an ingest (the pyramid descent ~0.2 ms =
-  ~400 ns per probe, mostly sketch-counter reads that miss the cache after
-  an ingest; the matching ~0.2 ms; writing 40 B per output ~0.2-0.3 ms),
-  view refresh ~50-100 us, Python ~100 us, and a structural refresh (~0.6-1
-  ms: a closed zone copied into the view's CSR) once per G1 period (30 s
-  = 6 batches): ~20-25 ns per output against T1 scan's ~75.
+  / sel + c_emit) / c_emit, which does not grow with the window.  It is a
+  bound against a raw scan at *its* floor; against the measured T1 row the
+  most any T4 could reach is T1 / c_emit (printed, with the T4 parts line:
+  the warm kernel on the last batch split into descent and matching, the
+  Python and view around it, and the in-situ t_hit).
+  What changed in the issue-16 follow-up (A/B on the same machine state,
+  CPU time, interleaved): (1) numba wraps every signed index it cannot prove
+  non-negative (a compare and select per access, and the extra live values
+  spilled registers): the probe kernel now finds matches in a second phase
+  over the region list with unsigned indexes (warm kernel on a 534-probe
+  6k batch 134 -> 85 us; in situ 9.2 -> 6.6 ns per output) -- and so does
+  the raw-window scan, or T1 would be compared with a handicap the index
+  path lost (T1 scan 41 -> 19 ns per output at 6k).  (2) A growing output
+  faulted every fresh 4 KiB page on first touch (~2 us each on this VM,
+  100-300 faults in a timed call at 6k): the five match arrays are now one
+  block, from 2 MiB on advised for transparent huge pages (one fault per 2
+  MiB): T4 at 6k 7.8 -> 5.0 ns per output.  (3) The earlier "memory
+  bandwidth" at 60k (c_emit 5-13 ns per output) was cache conflicts: output
+  capacities are powers of two, so the five write streams sat at addresses
+  equal modulo 2^26; staggered by 37 cache lines: 13.4 -> 2.6 ns per output
+  for the same writes, c_emit at 60k ~1.4 ns.  T1 scan and T4 share (2) and
+  (3) (the same buffer pool).
+  Measured (--quick, shared 2-core machine, load ~2.5; see the issue notes
+  for each run): 6k: T1 scan ~15 ns per output, T4 ~5 in situ, ratio ~3.0;
+  bound ~11 (c_compare ~0.2 ns, 1/sel 46.5, c_emit ~0.95).  T4's warm kernel
+  on the last batch is ~2.2 ns per output (descent ~0.5, matching ~1.7; the
+  call around it ~0.2), so even a T4 that paid nothing but its warm kernel
+  would be at ~6.7x; in situ it pays ~2.8 more: view refresh ~0.5 (a closed
+  zone copied into the view's CSR once per G1 period, ~110 us), Python ~0.5,
+  and the kernel after an ingest ~2x its warm time (caches refilled after
+  both streams' ingest, zeroing fresh output memory when the output per
+  call grows, the hot cell copy).  5x needs T4 <= ~3 ns per output all-in:
+  not reached.  60k: T1 scan ~24-32, T4 ~10 in situ (warm kernel ~4.2),
+  ratio ~3.1; bound ~10-12 against a raw scan at its floor (T1 compares
+  at ~0.2 ns: 62 compares per output are ~12 ns), ~23 against the measured
+  T1 scan (its per-call window gather and mispredicted matches are above
+  its floor) -- 20x would need T4 within ~15% of the bare cost of writing
+  T1's 32-byte outputs while T4 writes 40 bytes and reads its cells: not
+  reachable on this stream.  Also at 60k: the first run in a process can
+  spend ~100 ms of *system* time per call faulting ~40 MB of memory the
+  VM never touched before (the same faults cost ~4 ms once the memory was
+  used), hence several runs per row, best kept.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
@@ -468,7 +470,53 @@ def window_sizes(quick: bool, repeat: int):
               f"{1e3 * r4['t_hit_us']:.1f} ns/output (T4 above its floor: {1e3 * r4['t_hit_us'] - bd['c_emit']:.1f})"
               + (f"; with calls of ~50k outputs (~{50_000 * gap / (WINDOW * bd['sel']):.0f} probes) c_emit "
                  f"{bd['c_emit_50k']:.2f} ns, ratio <= {bd['bound_50k']:.2f}" if bd["per_call"] > 100_000 else ""))
+        t1m = 1e3 * r[k1]["t_hit_us"]
+        tp = t4_parts(a1, a2)
+        print(f"    T4 parts (last batch, warm, {tp['outputs']:,} outputs, {tp['probes']} probes): compiled kernel "
+              f"{tp['kernel']:.2f} ns/output = descent {tp['descent']:.2f} + matching {tp['kernel'] - tp['descent']:.2f}"
+              f"; whole call {tp['call']:.2f} (Python and view around the kernel {tp['call'] - tp['kernel']:.2f}); "
+              f"in situ (after an ingest) {1e3 * r4['t_hit_us']:.2f}.  Against the measured {k1} ({t1m:.1f}): "
+              f"a T4 costing only its warm kernel -> {t1m / tp['kernel']:.2f}x, only writing its outputs (c_emit) -> "
+              f"{t1m / bd['c_emit']:.2f}x")
     return out, bounds
+
+
+def t4_parts(s1, s2, step=5.0, reps=7) -> dict:
+    """Where T4's probe time goes, warm, on the last probe batch of these streams (ns per output):
+    the whole ``probe_many`` call, the compiled kernel alone (``kernels.probe_kview``: hashing,
+    descent, matching, writing), and the kernel with every cell empty (hashing + descent only: same
+    nodes visited, no tuple compared).  Min of ``reps`` runs each, after one untimed call."""
+    (v1, t1), (v2, t2) = s1, s2
+    hi = float(np.floor(t1[-1] / step) * step)
+    a1, b1 = np.searchsorted(t1, [hi - step, hi], side="right")
+    pv, pt = v1[a1:b1], t1[a1:b1]
+    decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
+    ix = StreamIndex(decl, config("T4"))
+    ix.ingest(v2[t2 <= hi], t2[t2 <= hi])
+    m = ix.probe_many(pv, pt - WINDOW, pt, fade=0.8)
+    n = len(m)
+    del m
+
+    def best(f):
+        out = np.inf
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f()
+            out = min(out, time.perf_counter() - t0)
+        return 1e9 * out / max(n, 1)
+    call = best(lambda: ix.probe_many(pv, pt - WINDOW, pt, fade=0.8))
+    kv = ix._kernel_view()
+    buf = ix._kbuf.get(len(pv))
+    cfg = ix.config
+    args = [float(cfg.min_estimate), float(cfg.prune_sigma), pv, ix._hash_params(), *buf.hash_arrays(len(pv), ix._d),
+            np.ascontiguousarray(pt - WINDOW), np.ascontiguousarray(pt), *kv.args]
+    kernel = best(lambda: kernels.probe_kview(*args, *buf.outs))
+    empty = list(args)
+    i_clen = 9 + 13                                   # (probe_kview's arguments: clen, then Vc Tc Rc hot_k)
+    assert empty[i_clen] is kv.clen
+    empty[i_clen], empty[i_clen + 4] = np.zeros_like(kv.clen), -1
+    descent = best(lambda: kernels.probe_kview(*empty, *buf.outs))
+    return {"outputs": n, "probes": len(pv), "call": call, "kernel": kernel, "descent": descent}
 
 
 def ratio_bound(s1, s2, t1_row, step=5.0, reps=5) -> dict:
