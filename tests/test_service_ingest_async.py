@@ -93,7 +93,8 @@ def test_every_refusal_happens_before_the_answer_against_the_queued_clock():
         post = lambda cols: c.post("/streams/S/batches", content=arrow(cols), headers={"content-type": ARROW})
         assert post(batch([1], [100.0])).status_code == 200
         gate.entered.wait(10)
-        assert post(batch([2], [105.0])).status_code == 200       # queued: the engine clock is still unset
+        second = _posting(lambda: post(batch([2], [105.0])))      # queued: the engine clock is still unset
+        _until(lambda: st.applier.admitted == 2)                  # (answered once batch 1 is applied)
         late = post(batch([3], [104.0]))                          # older than the queued clock 105
         assert late.status_code == 400 and "older than the stream clock 105" in late.json()["error"]["message"]
         jump = post(batch([4], [116.0]))                          # > 105 + 10, though the engine has no clock
@@ -102,12 +103,63 @@ def test_every_refusal_happens_before_the_answer_against_the_queued_clock():
         assert bad.status_code == 400 and "'k'" in bad.json()["error"]["message"]
         frac = post({"k": np.array([1.5]), "ts": np.array([106.0])})
         assert frac.status_code == 400 and "INT" in frac.json()["error"]["message"]
+        # refused with the queue full and batch 1 still held: none of them waited for room
+        assert st.applier.applied == 0 and st.applier.pending == 1 and not second.done()
         gate.open()
+        assert second.result(30).status_code == 200
         s = c.get("/streams/S").json()["stats"]
         assert s["tuples_in"] == 2 and s["clock"] == 105.0
         reasons = s["rejected_rows_by_reason"]
         assert reasons == {"late": 1, "time_jump": 1, "invalid": 2}
         assert st.applier.error_count == 0
+
+
+def _posting(fn):
+    """Run ``fn`` (a request) on a thread; the future of its answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    fut = pool.submit(fn)
+    pool.shutdown(wait=False)
+    return fut
+
+
+def _until(cond, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_a_2xx_comes_after_the_previous_batch_is_applied_so_reads_wait_for_one_apply_at_most():
+    """At most one acknowledged batch waits to be applied: batch n is answered only once batch n-1 is
+    applied (both durable already), so a read waits for at most one apply."""
+    app, st = _app()
+    with TestClient(app) as c:
+        c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
+        qid = c.post("/queries", json={"sql": "SELECT k FROM S [NOW]"}).json()["id"]
+        seen = []                                     # (number acknowledged, batches applied then)
+        real_ack = st.applier.acknowledged
+        st.applier.acknowledged = lambda n: (seen.append((n, st.applier.applied)), real_ack(n))[1]
+        gate = Gate(st)
+        post = lambda i: c.post("/streams/S/batches", content=arrow(batch([i], [float(i)])),
+                                headers={"content-type": ARROW})
+        assert post(1).status_code == 200                 # nothing before it: answered while held
+        gate.entered.wait(10)
+        second = _posting(lambda: post(2))
+        _until(lambda: st.applier.admitted == 2)          # validated, logged, queued ...
+        import time
+        time.sleep(0.3)
+        assert not second.done(), "batch 2 must not be answered while batch 1 is not applied"
+        assert st.applier.acked == 1 and st.applier.pending == 1
+        gate.open()
+        assert second.result(30).status_code == 200
+        assert [n for n, _ in seen] == [1, 2] and seen[0][1] == 0
+        assert all(applied >= n - 1 for n, applied in seen)   # each answered once the one before was applied
+        rows = c.get(f"/queries/{qid}/results?since=0&limit=10").json()["rows"]
+        assert [r["row"]["k"] for r in rows] == [1, 2]
 
 
 def test_other_mutations_apply_in_log_order(tmp_path):
@@ -271,15 +323,53 @@ def test_http_backpressure_waits_for_room_without_blocking_the_server():
         assert post(0).status_code == 200
         gate.entered.wait(10)                     # batch 0 is being applied (held)
         k = st.applier.max_pending
-        assert k >= 1 and all(post(i).status_code == 200 for i in range(1, k + 1))   # the queue holds k
-        out = {}
-        th = threading.Thread(target=lambda: out.update(r=post(k + 1)))
-        th.start()
-        th.join(0.5)
-        assert th.is_alive() and st.applier.pending == k, "a full queue makes the next batch wait"
+        queued = [_posting(lambda i=i: post(i)) for i in range(1, k + 1)]
+        _until(lambda: st.applier.pending == k)   # the queue holds k (answered once batch 0 is applied)
+        last = _posting(lambda: post(k + 1))
+        import time
+        time.sleep(0.5)
+        assert not last.done() and st.applier.pending == k and st.applier.admitted == k + 1, \
+            "a full queue makes the next batch wait"
         assert c.get("/limits").json()["max_batch_rows"] > 0      # the event loop still serves others
         assert c.get("/health").json()["apply"]["pending"] == k    # /health does not wait for the queue
         gate.open()
-        th.join(30)
-        assert out["r"].status_code == 200
+        assert all(f.result(30).status_code == 200 for f in queued + [last])
         assert c.get("/streams/S").json()["stats"]["tuples_in"] == k + 2
+
+
+def test_engine_validate_gives_the_verdict_push_gives_and_changes_nothing():
+    """Admission checks batches with the engine's public ``Engine.validate``: the same batch push accepts
+    (typed, time-sorted), the same refusal push raises, and the engine is left as it was."""
+    from sketchql.engine import Engine
+    from sketchql.errors import SketchQLError
+
+    def fresh():
+        e = Engine(seed=1)
+        e.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts; CREATE TABLE T (k INT, name STRING)")
+        e.push("S", {"k": [1], "v": [0.5], "ts": [10.0]})
+        return e
+
+    e = fresh()
+    good = {"k": np.array([3, 4]), "v": np.array([1, 2]), "ts": np.array([12.0, 11.0])}
+    b = e.validate("S", good)
+    assert b.ts.tolist() == [11.0, 12.0] and b.columns["k"].tolist() == [4, 3]
+    assert b.columns["v"].dtype == np.float64 and e.stream("S").tuples_in == 1 and e.stream("S").clock == 10.0
+    cases = [{"k": [1], "v": [0.1], "ts": [9.0]},               # late against the stream clock 10
+             {"k": ["x"], "v": [0.1], "ts": [12.0]},            # type
+             {"k": [1], "ts": [12.0]},                          # missing column
+             {"k": [1], "v": [0.1], "ts": [float("nan")]}]      # NaN time
+    for bad in cases:
+        with pytest.raises(SketchQLError) as by_validate:
+            e.validate("S", bad)
+        other = fresh()
+        with pytest.raises(SketchQLError) as by_push:
+            other.push("S", bad)
+        assert type(by_validate.value) is type(by_push.value) and str(by_validate.value) == str(by_push.value)
+    assert e.stream("S").tuples_in == 1 and e.stream("S").rejected_batches == 0
+    # a caller's own clock (batches it accepted but has not pushed yet) moves the lateness bound
+    with pytest.raises(SketchQLError):
+        e.validate("S", {"k": [1], "v": [0.1], "ts": [11.0]}, clock=20.0)
+    assert e.validate("T", {"k": [1], "name": ["a"]}).columns["name"].tolist() == ["a"]
+    assert not e.input_buffered("S")
+    e.controls.set("stream", "S", "slack", 5.0)
+    assert e.input_buffered("S") and len(e.validate("S", {"k": [1], "v": [0.1], "ts": [1.0]})) == 1

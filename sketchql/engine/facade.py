@@ -329,6 +329,30 @@ class Engine:
             raise SketchQLSemanticError(f"unknown stream {name!r} (streams: {[s.name for s in self._streams.values()]})")
         return h
 
+    def validate(self, name: str, batch, clock: float | None = None) -> Batch:
+        """The typed, time-sorted batch :meth:`push` would accept for stream or table ``name`` now, or
+        the error it would raise (:class:`BatchError` / :class:`LateTupleError`); changes nothing.
+
+        ``clock``: judge lateness against this clock instead of the stream's (a caller holding batches
+        it has accepted but not pushed yet, like the service's apply queue, passes the clock the stream
+        will have by then).  A stream whose input goes through a slack buffer (:meth:`input_buffered`)
+        is checked for columns and types only: whether its tuples are late depends on the buffer."""
+        key = str(name).lower()
+        if key in self._tables:
+            return _validate(self.catalog.get(name), batch, -np.inf, 0.0)
+        h = self.stream(name)
+        if self.input_buffered(name):
+            clock = -np.inf
+        elif clock is None:
+            clock = h.clock
+        return _validate(h.schema, batch, clock, h._knobs["allowed_lateness"])
+
+    def input_buffered(self, name: str) -> bool:
+        """True when stream ``name`` takes its input through a slack buffer (out-of-order input): what a
+        push accepts then depends on the buffer's state, not on the batch alone."""
+        h = self.stream(name)
+        return h._slack is not None or h._knobs.get("slack", 0.0) > 0
+
     def push(self, name: str, batch) -> None:
         """Append a batch to a stream (or a table); validates it fully before accepting anything."""
         key = str(name).lower()

@@ -6,8 +6,10 @@ refuse it -- the engine's own validation and ``max_time_jump`` against the
 stream's clock *including batches still queued* -- then its log record is
 enqueued, an Arrow body logged as sent, and the batch is queued for the apply
 thread) -> await the group commit that covers the record
-(:meth:`OpLog.when_durable`: no thread blocks on the fsync) -> 200 with the
-receipt.  So a 2xx means "validated and on disk"; the engine applies the
+(:meth:`OpLog.when_durable`: no thread blocks on the fsync) and the apply of
+the batch queued before it -> 200 with the receipt.  So a 2xx means
+"validated and on disk" (and at most this batch is still to be applied: a
+read waits for at most one apply); the engine applies the
 batch on the apply thread (:mod:`sketchql.service.applier`), in log order,
 while the next request is received, checked and logged.  Reads wait for what
 was acknowledged before them (:class:`SettleReads`; ``with state.lock``
@@ -137,8 +139,24 @@ class BatchIngest:
         number = receipt.pop("apply_number", None)
         await self.durable(receipt.get("seq"))
         if number is not None:
+            await self.predecessor_applied(number)
             state.applier.acknowledged(number)      # reads from now on wait until it is applied
         return receipt
+
+    async def predecessor_applied(self, number: int) -> None:
+        """Return once the batch queued before batch ``number`` is applied, so that at most one
+        acknowledged batch is ever waiting to be applied and a read waits for at most one apply.
+        (Without it, under a slow apply, a batch queued behind the running one was acknowledged too
+        and reads waited for both.)  Costs a sequential client nothing: its next batch could not be
+        admitted before that apply anyway (the queue holds one waiting batch).  A batch is durable
+        here already; should the apply thread stall past the timeout, the 2xx is sent anyway."""
+        fut = self.state.applier.when_applied(asyncio.get_running_loop(), number - 1)
+        if fut is not None:
+            try:
+                await asyncio.wait_for(fut, DURABLE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                log.warning("sketchql: batch %d acknowledged while the batch before it is still not applied "
+                            "after %g s; see /health", number, DURABLE_TIMEOUT_S)
 
     async def durable(self, seq) -> None:
         """Return once log record ``seq`` is committed (503 if the log cannot be written)."""

@@ -283,19 +283,24 @@ class ServiceState:
         acceptance depends on the buffer's state).  Raises :class:`ApiError` for a refused batch
         (counted; nothing logged or queued).
 
-        The checks are the engine's own (:func:`sketchql.engine.batches._validate`: columns, types,
-        NaN / infinite times, lateness) plus ``max_time_jump``, both against the stream's clock
+        The checks are the engine's own (:meth:`Engine.validate <sketchql.engine.Engine.validate>`:
+        columns, types, NaN / infinite times, lateness) plus ``max_time_jump``, both against the stream's clock
         *including the batches still queued* -- the clock the engine will have when this batch is
         applied -- so an admitted batch cannot be refused later.  The receipt's ``clock`` is that clock
         after this batch; ``apply_number`` numbers the batch in the apply queue (the caller reports
         its acknowledgement with ``applier.acknowledged``).  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
-        instead of waiting for the admission lock or for room in the apply queue."""
+        instead of waiting for the admission lock or for room in the apply queue -- with a full queue
+        only after the checks, so a batch that will be refused is refused at once, never after
+        waiting for room (it is checked again when admitted: the clock may move meanwhile)."""
         if not block:
             if not self.admit_lock.acquire(blocking=False):
                 self.applier.busy["locked"] += 1
                 return self.BUSY
             if self.applier.pending >= self.applier.max_pending:
-                self.admit_lock.release()
+                try:
+                    self._checked(name, columns, n)        # raises for a batch that would be refused
+                finally:
+                    self.admit_lock.release()
                 self.applier.busy["full"] += 1
                 return self.BUSY
         else:
@@ -305,28 +310,35 @@ class ServiceState:
         finally:
             self.admit_lock.release()
 
-    def _admit(self, name, columns, n, raw):
-        from ..engine.batches import _validate
-
+    def _checked(self, name, columns, n):
+        """``(schema, handle or None, clock, validated Batch)`` of a batch admitted now, or None for a
+        stream with a slack buffer; :class:`ApiError` (counted) for one that would be refused.  Under
+        the admission lock."""
         schema = self._schema(name)
-        key = schema.name.lower()
         if schema.is_table:
-            h, clock, lateness = None, -np.inf, 0.0
+            h, clock = None, None
         else:
             h = self.engine.stream(schema.name)
-            if h._slack is not None or h._knobs.get("slack", 0.0) > 0:
+            if self.engine.input_buffered(schema.name):
                 return None
-            prev = self._admit_clock.get(key)
+            prev = self._admit_clock.get(schema.name.lower())
             clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
-            lateness = h._knobs["allowed_lateness"]
             self._check_jump(schema, columns, n, clock)
         try:
-            b = _validate(schema, columns, clock, lateness)
+            b = self.engine.validate(schema.name, columns, clock)
         except SketchQLError as exc:
             if h is not None:
                 h.rejected_batches += 1
             self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
             raise from_exception(exc, stream=schema.name) from None
+        return schema, h, clock, b
+
+    def _admit(self, name, columns, n, raw):
+        checked = self._checked(name, columns, n)
+        if checked is None:
+            return None
+        schema, h, clock, b = checked
+        key = schema.name.lower()
         seq = self._log_push(schema.name, columns, n, raw)
         if h is not None and len(b):
             clock = max(clock, float(b.ts[-1]))
