@@ -111,9 +111,10 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   and the kernel after an ingest ~2x its warm time (caches refilled after
   both streams' ingest, zeroing fresh output memory when the output per
   call grows, the hot cell copy).  5x needs T4 <= ~3 ns per output all-in:
-  not reached.  60k: T1 scan ~24-32, T4 ~10 in situ (warm kernel ~4.2),
-  ratio ~3.1; bound ~10-12 against a raw scan at its floor (T1 compares
-  at ~0.2 ns: 62 compares per output are ~12 ns), ~23 against the measured
+  not reached.  60k: T1 scan ~20-32, T4 ~4.8-10 in situ (warm kernel
+  ~4.2-4.4: reading its cells from a CSR larger than the L2 cache), ratio
+  ~3.1-4.2; bound ~8.6-12 against a raw scan at its floor (T1 compares at
+  ~0.2 ns: 62 compares per output are ~11-12 ns), ~14-23 against the measured
   T1 scan (its per-call window gather and mispredicted matches are above
   its floor) -- 20x would need T4 within ~15% of the bare cost of writing
   T1's 32-byte outputs while T4 writes 40 bytes and reads its cells: not
