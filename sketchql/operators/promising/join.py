@@ -58,6 +58,7 @@ cost, desc runs a direct round instead (:meth:`PTJoin._tick_direct`): it
 ingests the heaviest join values the account can probe (:mod:`.valueheat`),
 then probes each kept arrival over its whole window, heaviest first, and a
 round the account cannot pay sheds its batch.  The first round is direct.
+A :class:`PTJoinGroup` plans every query (its members run no direct rounds).
 
 Everything is charged: besides inserts, estimates, probes and compares, a
 ``node`` for every entry dropped without a scan (expired probe tuple or
