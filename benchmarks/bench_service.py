@@ -256,6 +256,14 @@ def main(argv=None) -> int:
             print(f"server apply thread (engine push + result collection, wall) per batch, least of "
                   f"{args.repeat}: Arrow {per['arrow_apply']:.1f} ms, NDJSON {per['nd_apply']:.1f} ms "
                   f"(in-process push {1000.0 * t_in / nb:.1f} ms wall)")
+        # a sequential client's next batch waits for this one's fsync: with the apply overlapped, one
+        # batch costs at least a log commit plus the request's round trip (~1 ms), whatever the engine
+        d = c.get("/durability").json()
+        d = d.get("log", d)
+        if d.get("commit_ms_p50") is not None:
+            print(f"log commits (write + fsync, latest {min(d['commits'], 256)}): p50 {d['commit_ms_p50']:.1f} ms "
+                  f"p90 {d['commit_ms_p90']:.1f} ms max {d['commit_ms_max']:.1f} ms; WAL checkpoints "
+                  f"{d['wal_checkpoints']} (off the commit path)")
 
         # -- 10 concurrent result readers during an Arrow ingest ----------------------------------
         c.post("/streams", json={"sql": DDL.format(s="R")}).raise_for_status()

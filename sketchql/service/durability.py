@@ -71,6 +71,7 @@ import sqlite3
 import struct
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -193,6 +194,7 @@ class OpLog:
         self.wal_checkpoints = 0
         self.last_commit_at = time.monotonic()
         self.commit_s_max = 0.0                    # the slowest commit (write + fsync) so far
+        self._commit_s: deque = deque(maxlen=256)  # the latest commits' durations (status: p50 / p90)
         self._wal_cv = threading.Condition()
         self._writer = threading.Thread(target=self._write_loop, name="sketchql-oplog", daemon=True)
         self._writer.start()
@@ -296,6 +298,7 @@ class OpLog:
                 self.commits += 1
                 self.committed_ops += len(batch)
                 self.commit_s_max = max(self.commit_s_max, took)
+                self._commit_s.append(took)
                 self._cv.notify_all()
                 self._wake_async()
             with self._wal_cv:
@@ -435,9 +438,18 @@ class OpLog:
                 "checkpoint_seq": self.checkpoint_seq, "ops_since_checkpoint": self.ops_since_checkpoint,
                 "tuples_since_checkpoint": self.tuples_since_checkpoint, "commits": self.commits,
                 "committed_ops": self.committed_ops, "commit_ms_max": round(1000.0 * self.commit_s_max, 3),
+                **self._commit_percentiles(),
                 "wal_bytes": self.wal_bytes, "wal_checkpoints": self.wal_checkpoints, "checkpoints": self.checkpoints,
                 "last_checkpoint_s": self.last_checkpoint_s,
                 "error": None if self._error is None else str(self._error)}
+
+    def _commit_percentiles(self) -> dict:
+        """p50 / p90 (ms) of the latest commits' durations (write + fsync of one group commit)."""
+        recent = list(self._commit_s)
+        if not recent:
+            return {"commit_ms_p50": None, "commit_ms_p90": None}
+        p50, p90 = np.percentile(np.asarray(recent) * 1000.0, [50, 90])
+        return {"commit_ms_p50": round(float(p50), 3), "commit_ms_p90": round(float(p90), 3)}
 
     def close(self) -> None:
         with self._cv:
