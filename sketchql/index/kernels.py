@@ -543,7 +543,7 @@ class ProbeBuffers:
 
     @property
     def nbytes(self) -> int:
-        arrs = (self.rp, self.rk, self.rest, self._owner) + (self._hash[2] or ())
+        arrs = self.outs + (self._hash[2] or ())        # (the used arrays: a huge-page block's slack is virtual)
         return sum(a.nbytes for a in arrs)
 
     def holds(self, a) -> bool:
