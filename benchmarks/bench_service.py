@@ -19,6 +19,13 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    2-core machine, and httpx spends ~1.6 ms of CPU per 240 KB request where
    ``http.client`` spends ~0.45 ms (measured); the readers below use httpx.
    The server runs uvicorn with httptools and uvloop (the ``service`` extra).
+   The client sends a batch only after the previous 2xx, and a 2xx waits for
+   that batch's log commit (write + fsync): with the engine's apply overlapped,
+   one batch costs at least one commit plus the request's round trip (~1 ms),
+   whatever the engine does.  The run prints the server's commit p50 / p90:
+   where a commit costs about the in-process push of one batch (this machine's
+   disk: 240 KB fdatasync p50 2-5 ms, in steps of ~4 ms), the disk, not the
+   server, bounds the Arrow ratio.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
