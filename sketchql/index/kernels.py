@@ -664,6 +664,11 @@ def _block(nbytes: int) -> np.ndarray:
 _MADV = all(hasattr(mmap, k) for k in ("MADV_HUGEPAGE", "MAP_PRIVATE", "MAP_ANONYMOUS"))
 
 
+#: room left after an overflow, as :meth:`BufferPool.get` leaves before a call: a call that outgrew
+#: its set by a little would otherwise grow it again (fresh memory, faulted) at the next call
+HEADROOM = 1.5
+
+
 def probe_k(buf: ProbeBuffers, *args):
     """:func:`probe_kview` (args without the outputs) with ``buf``'s arrays, retried with larger
     ones when they were too small.  Returns (n_regions, n_matches, visited, flat, work)."""
@@ -671,7 +676,7 @@ def probe_k(buf: ProbeBuffers, *args):
         nr, nm, visited, flat, work = probe_kview(*args, *buf.outs)
         if nr <= len(buf.rp) and nm <= len(buf.mp):
             return nr, nm, visited, flat, work
-        buf.alloc(max(len(buf.rp), _cap(nr)), max(len(buf.mp), _cap(nm)))
+        buf.alloc(max(len(buf.rp), _cap(int(HEADROOM * nr))), max(len(buf.mp), _cap(int(HEADROOM * nm))))
 
 
 def scan_k(buf: ProbeBuffers, V, T, R, keys, tf, tt):
@@ -681,7 +686,7 @@ def scan_k(buf: ProbeBuffers, V, T, R, keys, tf, tt):
         nm, work = scan_window_emit(V, T, R, keys, tf, tt, buf.mp, buf.mv, buf.mt, buf.mr)
         if nm <= len(buf.mp):
             return nm, work
-        buf.alloc(len(buf.rp), _cap(nm))
+        buf.alloc(len(buf.rp), _cap(int(HEADROOM * nm)))
 
 
 @numba.njit(cache=True)
