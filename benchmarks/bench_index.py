@@ -99,19 +99,24 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   bandwidth" at 60k (c_emit 5-13 ns per output) was cache conflicts: output
   capacities are powers of two, so the five write streams sat at addresses
   equal modulo 2^26; staggered by 37 cache lines: 13.4 -> 2.6 ns per output
-  for the same writes, c_emit at 60k ~1.4 ns.  T1 scan and T4 share (2) and
-  (3) (the same buffer pool).
-  Measured (--quick, shared 2-core machine, load ~2.5; see the issue notes
-  for each run): 6k: T1 scan ~15 ns per output, T4 ~5 in situ, ratio ~3.0;
-  bound ~11 (c_compare ~0.2 ns, 1/sel 46.5, c_emit ~0.95).  T4's warm kernel
-  on the last batch is ~2.2 ns per output (descent ~0.5, matching ~1.7; the
-  call around it ~0.2), so even a T4 that paid nothing but its warm kernel
-  would be at ~6.7x; in situ it pays ~2.8 more: view refresh ~0.5 (a closed
-  zone copied into the view's CSR once per G1 period, ~110 us), Python ~0.5,
-  and the kernel after an ingest ~2x its warm time (caches refilled after
-  both streams' ingest, zeroing fresh output memory when the output per
-  call grows, the hot cell copy).  5x needs T4 <= ~3 ns per output all-in:
-  not reached.  60k: T1 scan ~20-32, T4 ~4.8-10 in situ (warm kernel
+  for the same writes, c_emit at 60k ~1.4 ns.  (4) A set grown on overflow
+  keeps the 1.5x headroom the pool leaves before a call (the untimed first
+  probe sized it exactly, so the first timed call grew it again): T4 at 6k
+  ~5.3 -> ~4.3.  T1 scan and T4 share (2)-(4) (the same buffer pool).
+  Measured (--quick, shared 2-core machine, load 1.1-2.5; see the issue
+  notes for each run): 6k: T1 scan ~14-15 ns per output, T4 ~4.2-4.4 in
+  situ, ratio ~3.3-3.4; bound ~11 (c_compare ~0.2 ns, 1/sel 46.5, c_emit
+  ~0.95).  T4's warm kernel on the last batch is ~2.2 ns per output
+  (descent ~0.5, matching ~1.7; the call around it ~0.2), so even a T4 that
+  paid nothing but its warm kernel would be at ~6.5x; in situ it pays ~2
+  more: view refresh ~0.5 (a closed zone copied into the view's CSR once
+  per G1 period, ~110 us), Python ~0.5, and the kernel after an ingest
+  above its warm time (caches refilled after both streams' ingest, fresh
+  output memory when the output per call grows, the hot cell copy).  5x
+  needs T4 <= ~3 ns per output all-in: not reached.  (Tried, no gain: a
+  branch-free match loop -- stores at a data-dependent index are slower
+  here than the mispredicts; skipping a node's estimate when its sibling's
+  bucket is empty, i.e. it equals its parent -- rare on this stream, ~1%.)  60k: T1 scan ~20-32, T4 ~4.8-10 in situ (warm kernel
   ~4.2-4.4: reading its cells from a CSR larger than the L2 cache), ratio
   ~3.1-4.2; bound ~8.6-12 against a raw scan at its floor (T1 compares at
   ~0.2 ns: 62 compares per output are ~11-12 ns), ~14-23 against the measured
@@ -121,7 +126,7 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   reachable on this stream.  Also at 60k: the first run in a process can
   spend ~100 ms of *system* time per call faulting ~40 MB of memory the
   VM never touched before (the same faults cost ~4 ms once the memory was
-  used), hence several runs per row, best kept.
+  used), hence --repeat runs per row at 60k too (was 2 in --quick), best kept.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
@@ -444,7 +449,7 @@ def window_sizes(quick: bool, repeat: int):
         dur = WINDOW + ((30.0 if n_win == 6000 else 15.0) if quick else 60.0)
         a1, a2 = store_stream(dur, mean_gap=gap, seed=3), store_stream(dur, mean_gap=gap, seed=4)
         small = quick and n_win > 6000
-        rep = 2 if small else repeat
+        rep = repeat                               # (60k: the first run in a process can pay the VM's first touch)
         t1_paths = ("T1 scan",) if small else ("T1 scan", "T1 probe")
         runs = {k: [] for k in t1_paths + ("T4",)}
         for _ in range(rep):                       # interleaved, as the main table
