@@ -373,3 +373,39 @@ def test_engine_validate_gives_the_verdict_push_gives_and_changes_nothing():
     assert not e.input_buffered("S")
     e.controls.set("stream", "S", "slack", 5.0)
     assert e.input_buffered("S") and len(e.validate("S", {"k": [1], "v": [0.1], "ts": [1.0]})) == 1
+
+
+def test_the_background_dashboard_sampler_waits_for_a_quiet_moment_during_an_ingest():
+    """The dashboard's background sampler holds ``state.lock`` for a frame; it no longer takes it while
+    batches are being admitted or applied (only when the apply queue has been idle, or after
+    ``max_defer``), so it does not stall an ingest every second.  A page asking for a frame still gets one."""
+    import time
+
+    from sketchql.service.dashboard_data import DashboardFeed
+
+    st = ServiceState(max_pending=4)
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    feed = DashboardFeed(st, interval=0.01, max_defer=3600)
+    feed.start()
+    try:
+        _until(lambda: feed.seq >= 1)                  # the first frame at once
+        gate = Gate(st)
+        st.admit("S", batch([1], [1.0]), 1)
+        st.admit("S", batch([2], [2.0]), 1)            # one applying (held), one waiting
+        gate.entered.wait(10)
+        seq = feed.seq
+        time.sleep(0.4)                               # 40 intervals with the ingest in progress
+        assert feed.seq == seq, "the background sampler must not take the lock while batches wait"
+        gate.open()
+        _until(lambda: st.applier.applied == 2)
+        _until(lambda: feed.seq >= seq + 2)            # once the queue is quiet, sampling resumes
+        assert feed.latest(max_age=0)["seq"] > seq + 1  # and a page asking for a frame gets a new one
+    finally:
+        feed.stop()
+    capped = DashboardFeed(st, interval=0.01, max_defer=0.05)
+    st.applier.last_active = time.monotonic() + 3600     # "busy" for an hour: the cap still samples
+    capped.start()
+    try:
+        _until(lambda: capped.seq >= 3)
+    finally:
+        capped.stop()

@@ -75,6 +75,7 @@ class ApplyQueue:
         self.errors: deque = deque(maxlen=keep_errors)
         self.error_count = 0
         self.busy_s = 0.0                   # time spent applying (engine lock held)
+        self.last_active = time.monotonic()  # when an item was last put or applied (see idle_for)
         self._thread = None
         self._closing = False
 
@@ -93,6 +94,7 @@ class ApplyQueue:
                 self._cv.wait(min(left, 1.0))
             self._items.append(item)
             self.admitted += 1
+            self.last_active = time.monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="sketchql-apply", daemon=True)
                 self._thread.start()
@@ -108,6 +110,11 @@ class ApplyQueue:
     @property
     def pending(self) -> int:
         return len(self._items)
+
+    def idle_for(self) -> float:
+        """Seconds since the last item was put or applied; 0 while items wait."""
+        with self._cv:
+            return 0.0 if self._items else max(time.monotonic() - self.last_active, 0.0)
 
     # -- applying -----------------------------------------------------------------------
     def apply_pending(self) -> int:
@@ -139,6 +146,7 @@ class ApplyQueue:
         self.busy_s += time.perf_counter() - t0
         with self._cv:
             self.applied += 1
+            self.last_active = time.monotonic()
             self._cv.notify_all()
             if self._waiters:
                 done = [w for w in self._waiters if w[0] <= self.applied]
