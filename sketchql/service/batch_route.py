@@ -147,8 +147,9 @@ class BatchIngest:
         """Return once the batch queued before batch ``number`` is applied, so that at most one
         acknowledged batch is ever waiting to be applied and a read waits for at most one apply.
         (Without it, under a slow apply, a batch queued behind the running one was acknowledged too
-        and reads waited for both.)  Costs a sequential client nothing: its next batch could not be
-        admitted before that apply anyway (the queue holds one waiting batch).  A batch is durable
+        and reads waited for both.)  Costs a sequential client no throughput: its next batch, sent
+        after this answer, still arrives before the apply thread is done with this one (which runs
+        from the moment the one before it is applied).  A batch is durable
         here already; should the apply thread stall past the timeout, the 2xx is sent anyway."""
         fut = self.state.applier.when_applied(asyncio.get_running_loop(), number - 1)
         if fut is not None:
