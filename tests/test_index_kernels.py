@@ -411,7 +411,7 @@ def test_kernels_release_the_gil_and_threaded_indexes_equal_sequential():
     from sketchql.index import cellscan
     entry = ("_hash_into", "probe_kview", "_match_regions", "arena_cells", "arena_append", "pyramid_ranges",
              "scan_window_emit", "row_norms_into", "row_median_into", "thresholds", "concat_perm", "refresh_f2",
-             "refresh_gran")
+             "refresh_gran", "adaptive_checks")
     for name in entry:
         assert getattr(kernels, name).targetoptions.get("nogil") is True, name
     compiled = [f for f in vars(cellscan).values() if hasattr(f, "targetoptions")]

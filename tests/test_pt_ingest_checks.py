@@ -1,5 +1,5 @@
 """The compiled confidence checks of T4's adaptive G1 insert
-(``ingest_side._adaptive_checks``) give the numpy block's index bit for bit:
+(``kernels.adaptive_checks``) give the numpy block's index bit for bit:
 same zones (boundaries, reasons, counts, confidences), same sketches, same
 canonical bytes -- over drifting and stationary streams, batch sizes from 1
 to thousands, odd and even sketch depths."""

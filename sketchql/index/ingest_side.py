@@ -16,11 +16,6 @@ from .results import IngestReport
 from .value_layer import advance_layers, feed_layers
 from .zone import Zone
 
-try:   # pragma: no cover - numba is a hard dependency of the compiled index path
-    import numba
-except Exception:   # pragma: no cover
-    numba = None
-
 
 class IngestSide:
     """Mixin of :class:`~sketchql.index.StreamIndex` (module doc)."""
@@ -287,7 +282,7 @@ class IngestSide:
             starts = np.concatenate([[pos], ends[:-1]])
             lens = ends - starts
             if _compiled_checks(self):
-                cut, found, has_conf, conf_cut, z.total, z.pending, n_tot, n_pend = _adaptive_checks(
+                cut, found, has_conf, conf_cut, z.total, z.pending, n_tot, n_pend = kernels.adaptive_checks(
                     idx, bucket, sgn, pos, lim, lens, self._shape[2], W, z.total, z.pending, z.n_total,
                     z.n_pending, C, float(cfg.theta))
                 if has_conf:
@@ -451,148 +446,9 @@ class IngestSide:
         return self.counters["collapses"] - c0
 
 
-#: the compiled confidence checks of T4's adaptive insert (``_adaptive_checks``); False: the numpy block
+#: the compiled confidence checks of T4's adaptive insert (:func:`kernels.adaptive_checks`); False: the numpy block
 COMPILED_CHECKS = True
 
 
 def _compiled_checks(ix) -> bool:
-    return COMPILED_CHECKS and numba is not None and kernels.ENABLED and getattr(ix, "use_kernels", True)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _adaptive_checks(idx, bucket, sgn, pos, lim, lens, w, W, total, pending, n_total, n_pending, C, theta):
-    """The confidence checks of one run of T4's adaptive G1 insert (the numpy
-    block of :meth:`IngestSide._insert_adaptive`, same arithmetic): the
-    segment sketches ``S[s]`` of the run's check segments ``lens`` (detector
-    columns ``(idx - r w + bucket w) mod W``), the zone's history ``H[s]`` and
-    recent window ``R[s]`` at each check, the confidence of the valid checks
-    and the first check below ``theta``.  Every sum is of integer-valued
-    float64 (exact below 2^53), so the order of the sums does not matter and
-    the result equals the numpy block's bit for bit.
-
-    Returns ``(cut, found, has_conf, conf_cut, new_total, new_pending,
-    n_total_after, n_pending_after)`` (``new_pending`` is all zeros when the
-    cut check completed a segment)."""
-    d = idx.shape[0]
-    nseg = lens.shape[0]
-    S = np.zeros((nseg, d, W))
-    k = pos
-    for s in range(nseg):
-        for _ in range(lens[s]):
-            bw = bucket[k] * w
-            for r in range(d):
-                col = (idx[r, k] - r * w + bw) % W
-                S[s, r, col] += sgn[r, k]
-            k += 1
-    for r in range(d):
-        for j in range(W):
-            S[0, r, j] += pending[r, j]
-    npend = np.empty(nseg, np.int64)
-    n_after = np.empty(nseg, np.int64)
-    acc = n_total
-    for s in range(nseg):
-        npend[s] = lens[s] + (n_pending if s == 0 else 0)
-        acc += lens[s]
-        n_after[s] = acc
-    cut = nseg - 1
-    found = False
-    has_conf = False
-    conf_cut = 0.0
-    any_valid = False
-    for s in range(nseg):
-        if npend[s] >= C and n_after[s] - npend[s] >= C:
-            any_valid = True
-    if any_valid:
-        H = np.empty((nseg, d, W))
-        for r in range(d):
-            for j in range(W):
-                H[0, r, j] = total[r, j] - pending[r, j]
-        for s in range(1, nseg):
-            for r in range(d):
-                for j in range(W):
-                    H[s, r, j] = H[s - 1, r, j] + S[s - 1, r, j]
-        ip = np.zeros((nseg, d))
-        f2h = np.zeros((nseg, d))
-        f2r = np.zeros((nseg, d))
-        f2t = np.zeros((nseg, d))
-        for s in range(nseg):
-            for r in range(d):
-                a = 0.0
-                b = 0.0
-                c = 0.0
-                for j in range(W):
-                    h = H[s, r, j]
-                    x = S[s, r, j]
-                    a += h * x
-                    b += h * h
-                    c += x * x
-                ip[s, r] = a
-                f2h[s, r] = b
-                f2r[s, r] = c
-        for s in range(nseg - 1):
-            for r in range(d):
-                f2t[s, r] = f2h[s + 1, r]
-        for r in range(d):
-            e = 0.0
-            for j in range(W):
-                x = H[nseg - 1, r, j] + S[nseg - 1, r, j]
-                e += x * x
-            f2t[nseg - 1, r] = e
-        last_valid_conf = 0.0
-        for s in range(nseg):
-            ipm = _row_median(ip[s])
-            f2hm = _row_median(f2h[s])
-            f2rm = _row_median(f2r[s])
-            f2tm = _row_median(f2t[s])
-            nh = float(n_after[s] - npend[s])
-            nr = float(npend[s])
-            ah = (f2hm - nh) / (nh * (nh - 1))
-            ar = (f2rm - nr) / (nr * (nr - 1))
-            if ah > 0 and ar > 0 and nh > 1 and nr > 1:
-                rho = (ipm / (nh * nr)) / np.sqrt(np.abs(ah * ar))
-            else:
-                rho = 1.0
-            sconf = 1.0 - min(1.0, np.sqrt(max(f2tm, 0.0) / W) / float(n_after[s]))
-            rc = min(max(rho, 0.0), 1.0)
-            conf = min(rc, sconf)
-            valid = npend[s] >= C and n_after[s] - npend[s] >= C
-            if valid:
-                last_valid_conf = conf
-                if not found and conf < theta:
-                    cut = s
-                    found = True
-                    conf_cut = conf
-        if not found:   # cut = the last check: its own conf if valid, else the last valid one's
-            conf_cut = last_valid_conf
-        has_conf = True
-        new_total = np.empty((d, W))
-        for r in range(d):
-            for j in range(W):
-                new_total[r, j] = H[cut, r, j] + S[cut, r, j]
-    else:
-        new_total = np.empty((d, W))
-        for r in range(d):
-            for j in range(W):
-                t = total[r, j]
-                for s in range(nseg):
-                    t += S[s, r, j]
-                new_total[r, j] = t - pending[r, j]
-    new_pending = np.zeros((d, W))
-    n_pend_after = 0
-    if npend[cut] < C:
-        for r in range(d):
-            for j in range(W):
-                new_pending[r, j] = S[cut, r, j]
-        n_pend_after = npend[cut]
-    return cut, found, has_conf, conf_cut, new_total, new_pending, n_after[cut], n_pend_after
-
-
-@numba.njit(cache=True, inline="always")
-def _row_median(x):
-    """Median over the d rows as the numpy block computes it: the middle of
-    the sorted values (d odd), the mean of the two middle ones (d even)."""
-    y = np.sort(x)
-    n = y.shape[0]
-    if n % 2:
-        return y[n // 2]
-    return (y[n // 2 - 1] + y[n // 2]) / 2.0
+    return COMPILED_CHECKS and kernels.ENABLED and getattr(ix, "use_kernels", True)

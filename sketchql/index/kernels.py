@@ -162,7 +162,7 @@ def _median5(a, b, c, d, e):
 
 
 @numba.njit(cache=True, nogil=True)
-def _match_regions(nr, rp, rk, rest, bucket, keys, tf, tt, B, sketch, hot_k, use_hc, clen, cstart,
+def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cstart,
                    Vc, Tc, Rc, hcstart, hcV, hcT, hcR, HV, HT, HR, hnext, hhead, mp, mreg, mv, mt, mr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
     order, each cell's tuples with the probe's value and ``t_from < ts <= t_to`` appended to the match
@@ -280,7 +280,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     if sketch and hp.shape[0]:
         _hash_into(keys.view(np.uint64), hp, B, bucket, idx, sgn)
     cap_r = rp.shape[0]
-    cap_m = mp.shape[0]
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
@@ -312,7 +311,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
             a = tf[p]
             e = tt[p]
             b = bucket[p]
-            key = keys[p]
             ub = np.uint64(b)
             for k in range(g1 - 1, g0 - 1, -1):
                 uk = np.uint64(k)
@@ -357,7 +355,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 work += clen[np.uint64(k * B + b)]
                 nr += 1
     if nr <= cap_r:
-        nm = _match_regions(nr, rp, rk, rest, bucket, keys, tf, tt, B, sketch, hot_k, use_hc, clen, cstart,
+        nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cstart,
                             Vc, Tc, Rc, hcstart, hcV, hcT, hcR, HV, HT, HR, hnext, hhead, mp, mreg, mv, mt, mr)
     return nr, nm, visited, flat, work
 
@@ -834,3 +832,142 @@ def warm_up() -> None:
     thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
     concat_perm(np.zeros((1, 2), dtype=np.int64))
     _WARM = True
+
+
+@numba.njit(cache=True, inline="always")
+def _row_median(x):
+    """Median over the d rows as the numpy block computes it: the middle of
+    the sorted values (d odd), the mean of the two middle ones (d even)."""
+    y = np.sort(x)
+    n = y.shape[0]
+    if n % 2:
+        return y[n // 2]
+    return (y[n // 2 - 1] + y[n // 2]) / 2.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def adaptive_checks(idx, bucket, sgn, pos, lim, lens, w, W, total, pending, n_total, n_pending, C, theta):
+    """The confidence checks of one run of T4's adaptive G1 insert (the numpy
+    block of :meth:`~sketchql.index.ingest_side.IngestSide._insert_adaptive`, same arithmetic): the
+    segment sketches ``S[s]`` of the run's check segments ``lens`` (detector
+    columns ``(idx - r w + bucket w) mod W``), the zone's history ``H[s]`` and
+    recent window ``R[s]`` at each check, the confidence of the valid checks
+    and the first check below ``theta``.  Every sum is of integer-valued
+    float64 (exact below 2^53), so the order of the sums does not matter and
+    the result equals the numpy block's bit for bit.
+
+    Returns ``(cut, found, has_conf, conf_cut, new_total, new_pending,
+    n_total_after, n_pending_after)`` (``new_pending`` is all zeros when the
+    cut check completed a segment)."""
+    d = idx.shape[0]
+    nseg = lens.shape[0]
+    S = np.zeros((nseg, d, W))
+    k = pos
+    for s in range(nseg):
+        for _ in range(lens[s]):
+            bw = bucket[k] * w
+            for r in range(d):
+                col = (idx[r, k] - r * w + bw) % W
+                S[s, r, col] += sgn[r, k]
+            k += 1
+    for r in range(d):
+        for j in range(W):
+            S[0, r, j] += pending[r, j]
+    npend = np.empty(nseg, np.int64)
+    n_after = np.empty(nseg, np.int64)
+    acc = n_total
+    for s in range(nseg):
+        npend[s] = lens[s] + (n_pending if s == 0 else 0)
+        acc += lens[s]
+        n_after[s] = acc
+    cut = nseg - 1
+    found = False
+    has_conf = False
+    conf_cut = 0.0
+    any_valid = False
+    for s in range(nseg):
+        if npend[s] >= C and n_after[s] - npend[s] >= C:
+            any_valid = True
+    if any_valid:
+        H = np.empty((nseg, d, W))
+        for r in range(d):
+            for j in range(W):
+                H[0, r, j] = total[r, j] - pending[r, j]
+        for s in range(1, nseg):
+            for r in range(d):
+                for j in range(W):
+                    H[s, r, j] = H[s - 1, r, j] + S[s - 1, r, j]
+        ip = np.zeros((nseg, d))
+        f2h = np.zeros((nseg, d))
+        f2r = np.zeros((nseg, d))
+        f2t = np.zeros((nseg, d))
+        for s in range(nseg):
+            for r in range(d):
+                a = 0.0
+                b = 0.0
+                c = 0.0
+                for j in range(W):
+                    h = H[s, r, j]
+                    x = S[s, r, j]
+                    a += h * x
+                    b += h * h
+                    c += x * x
+                ip[s, r] = a
+                f2h[s, r] = b
+                f2r[s, r] = c
+        for s in range(nseg - 1):
+            for r in range(d):
+                f2t[s, r] = f2h[s + 1, r]
+        for r in range(d):
+            e = 0.0
+            for j in range(W):
+                x = H[nseg - 1, r, j] + S[nseg - 1, r, j]
+                e += x * x
+            f2t[nseg - 1, r] = e
+        last_valid_conf = 0.0
+        for s in range(nseg):
+            ipm = _row_median(ip[s])
+            f2hm = _row_median(f2h[s])
+            f2rm = _row_median(f2r[s])
+            f2tm = _row_median(f2t[s])
+            nh = float(n_after[s] - npend[s])
+            nr = float(npend[s])
+            ah = (f2hm - nh) / (nh * (nh - 1))
+            ar = (f2rm - nr) / (nr * (nr - 1))
+            if ah > 0 and ar > 0 and nh > 1 and nr > 1:
+                rho = (ipm / (nh * nr)) / np.sqrt(np.abs(ah * ar))
+            else:
+                rho = 1.0
+            sconf = 1.0 - min(1.0, np.sqrt(max(f2tm, 0.0) / W) / float(n_after[s]))
+            rc = min(max(rho, 0.0), 1.0)
+            conf = min(rc, sconf)
+            valid = npend[s] >= C and n_after[s] - npend[s] >= C
+            if valid:
+                last_valid_conf = conf
+                if not found and conf < theta:
+                    cut = s
+                    found = True
+                    conf_cut = conf
+        if not found:   # cut = the last check: its own conf if valid, else the last valid one's
+            conf_cut = last_valid_conf
+        has_conf = True
+        new_total = np.empty((d, W))
+        for r in range(d):
+            for j in range(W):
+                new_total[r, j] = H[cut, r, j] + S[cut, r, j]
+    else:
+        new_total = np.empty((d, W))
+        for r in range(d):
+            for j in range(W):
+                t = total[r, j]
+                for s in range(nseg):
+                    t += S[s, r, j]
+                new_total[r, j] = t - pending[r, j]
+    new_pending = np.zeros((d, W))
+    n_pend_after = 0
+    if npend[cut] < C:
+        for r in range(d):
+            for j in range(W):
+                new_pending[r, j] = S[cut, r, j]
+        n_pend_after = npend[cut]
+    return cut, found, has_conf, conf_cut, new_total, new_pending, n_after[cut], n_pend_after
