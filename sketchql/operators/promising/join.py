@@ -479,19 +479,10 @@ class PTJoin(PairOutput):
             est_taken = float(cum[b - 1]) - base
             self._charge(COSTS["node"] * take, "lookup_work")
             ca, cb = int(c_at[done]), int(c_at[b])
-            cr, cc = c_row[ca:cb], c_cell[ca:cb]
-            for sd in (0, 1):
-                m = np.flatnonzero(side[cr] == sd)
-                if not m.shape[0]:
-                    continue
-                rr = cr[m]
-                q, y_rid, y_ts, comps = self.sources[1 - sd].scan_many(cc[m], val[rr], t_lo[rr], x_ts[rr])
-                self._charge(COSTS["probe"] * m.shape[0] + COSTS["compare"] * comps)
-                st["probes"] += int(m.shape[0])
-                st["compares"] += int(comps)
-                if y_rid.shape[0]:
-                    xr = rr[q]
-                    self._emit_direct(x_rid[xr], x_ts[xr], sd, val[xr], y_rid, y_ts)
+            cr = c_row[ca:cb]
+            for sd, i, y_rid, y_ts in self._scan_sides(cr, c_cell[ca:cb], side, val, t_lo, x_ts)[1]:
+                xr = cr[i]
+                self._emit_direct(x_rid[xr], x_ts[xr], sd, val[xr], y_rid, y_ts)
             dt = clock() - ts0
             self.account -= dt
             st["probe_seconds"] += dt
@@ -1032,32 +1023,42 @@ class PTJoin(PairOutput):
         est_taken = float(est[tk].sum())
         if srow.shape[0] == 0:
             return took, est_taken
-        # one vectorized scan per source
+        work, parts = self._scan_sides(srow, scell, side, val, t_lo, x_ts)
+        if not self.wall:
+            st["max_batch_work"] = max(st["max_batch_work"], work)
+        if parts:
+            q = np.concatenate([p[1] for p in parts])   # scan row of each match
+            y_rid = np.concatenate([p[2] for p in parts])
+            y_ts = np.concatenate([p[3] for p in parts])
+            if len(parts) > 1:
+                o = np.argsort(q, kind="stable")
+                q, y_rid, y_ts = q[o], y_rid[o], y_ts[o]
+            self._emit_many(ids[srow[q]], y_rid, y_ts, E)
+        return took, est_taken
+
+    def _scan_sides(self, rows, cells, side, val, t_lo, x_ts):
+        """Scan row ``rows[k]``'s arrival (value ``val``, window ``(t_lo, x_ts]``, stream
+        ``side``) in cell ``cells[k]`` of the other stream's source: one vectorized
+        ``scan_many`` per source, charged (a probe per cell and its compares) and
+        counted.  Returns ``(work, parts)``, ``parts`` a list of ``(side, i, y_rid,
+        y_ts)`` per source with matches (side 0 first), ``i`` the position in
+        ``rows`` of each match's scan row."""
+        st = self._stats
         parts, work = [], 0.0
         for sd in (0, 1):
-            m = np.flatnonzero(side[srow] == sd)
+            m = np.flatnonzero(side[rows] == sd)
             if not m.shape[0]:
                 continue
-            rr = srow[m]
-            q_row, y_rid, y_ts, comps = self.sources[1 - sd].scan_many(scell[m], val[rr], t_lo[rr], x_ts[rr])
+            rr = rows[m]
+            q, y_rid, y_ts, comps = self.sources[1 - sd].scan_many(cells[m], val[rr], t_lo[rr], x_ts[rr])
             cost = COSTS["probe"] * m.shape[0] + COSTS["compare"] * comps
             work += cost
             self._charge(cost)
             st["probes"] += int(m.shape[0])
             st["compares"] += int(comps)
             if y_rid.shape[0]:
-                parts.append((m[q_row], y_rid, y_ts))
-        if not self.wall:
-            st["max_batch_work"] = max(st["max_batch_work"], work)
-        if parts:
-            q = np.concatenate([p[0] for p in parts])   # scan row of each match
-            y_rid = np.concatenate([p[1] for p in parts])
-            y_ts = np.concatenate([p[2] for p in parts])
-            if len(parts) > 1:
-                o = np.argsort(q, kind="stable")
-                q, y_rid, y_ts = q[o], y_rid[o], y_ts[o]
-            self._emit_many(ids[srow[q]], y_rid, y_ts, E)
-        return took, est_taken
+                parts.append((sd, m[q], y_rid, y_ts))
+        return work, parts
 
     def _emit_many(self, e, y_rid, y_ts, E) -> None:
         """Emit the matches ``(entry e[k], stored tuple y_rid[k])``: only pairs
