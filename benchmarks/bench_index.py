@@ -487,18 +487,24 @@ def window_sizes(quick: bool, repeat: int):
     return out, bounds
 
 
+def last_probe_batch(s1, s2, structure: str, step: float):
+    """The run's last probe batch (the S1 tuples of the last whole ``step``) and an index of
+    ``structure`` holding every S2 tuple up to its end: ``(probe values, probe ts, index)``."""
+    (v1, t1), (v2, t2) = s1, s2
+    hi = float(np.floor(t1[-1] / step) * step)
+    a1, b1 = np.searchsorted(t1, [hi - step, hi], side="right")
+    decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
+    ix = StreamIndex(decl, config(structure))
+    ix.ingest(v2[t2 <= hi], t2[t2 <= hi])
+    return v1[a1:b1], t1[a1:b1], ix
+
+
 def t4_parts(s1, s2, step=5.0, reps=7) -> dict:
     """Where T4's probe time goes, warm, on the last probe batch of these streams (ns per output):
     the whole ``probe_many`` call, the compiled kernel alone (``kernels.probe_kview``: hashing,
     descent, matching, writing), and the kernel with every cell empty (hashing + descent only: same
     nodes visited, no tuple compared).  Min of ``reps`` runs each, after one untimed call."""
-    (v1, t1), (v2, t2) = s1, s2
-    hi = float(np.floor(t1[-1] / step) * step)
-    a1, b1 = np.searchsorted(t1, [hi - step, hi], side="right")
-    pv, pt = v1[a1:b1], t1[a1:b1]
-    decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
-    ix = StreamIndex(decl, config("T4"))
-    ix.ingest(v2[t2 <= hi], t2[t2 <= hi])
+    pv, pt, ix = last_probe_batch(s1, s2, "T4", step)
     m = ix.probe_many(pv, pt - WINDOW, pt, fade=0.8)
     n = len(m)
     del m
@@ -550,13 +556,7 @@ def ratio_bound(s1, s2, t1_row, step=5.0, reps=5) -> dict:
       writing one match (probe, value, ts, row id) costs at that output
       volume per call (in cache at ~6k, memory bandwidth at ~60k).
     """
-    (v1, t1), (v2, t2) = s1, s2
-    hi = float(np.floor(t1[-1] / step) * step)
-    a1, b1 = np.searchsorted(t1, [hi - step, hi], side="right")
-    pv, pt = v1[a1:b1], t1[a1:b1]
-    decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
-    ix = StreamIndex(decl, config("T1"))
-    ix.ingest(v2[t2 <= hi], t2[t2 <= hi])
+    pv, pt, ix = last_probe_batch(s1, s2, "T1", step)
     v, t, r = ix._window_arrays(float(pt[0] - WINDOW), float(pt[-1]), count=False)
     tf, tt = np.ascontiguousarray(pt - WINDOW), np.ascontiguousarray(pt)
     pool = kernels.BufferPool(v.dtype)
