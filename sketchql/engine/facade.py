@@ -357,8 +357,7 @@ class Engine:
         """Append a batch to a stream (or a table); validates it fully before accepting anything."""
         key = str(name).lower()
         if key in self._tables:
-            schema = self.catalog.get(name)
-            b = _validate(schema, batch, -np.inf, 0.0)
+            b = self.validate(name, batch)
             self._tables[key] = Batch.concat([self._tables[key], b]) if len(self._tables[key]) else b
             for q in self._queries.values():
                 for n in q.plan.nodes:
@@ -372,14 +371,12 @@ class Engine:
             raise SketchQLSemanticError(
                 f"unknown stream or table {name!r} (streams: {[s.name for s in self._streams.values()]}, "
                 f"tables: {[t.name for t in self.catalog.tables]})")
-        slack = h._knobs.get("slack", 0.0)
         try:
-            b = _validate(h.schema, batch, -np.inf if slack > 0 or h._slack is not None else h.clock,
-                          h._knobs["allowed_lateness"])
+            b = self.validate(name, batch)
         except SketchQLError:
             h.rejected_batches += 1
             raise
-        if slack > 0 or h._slack is not None:
+        if self.input_buffered(name):
             b = self._through_slack(h, b)      # buffered; the tuples the slack releases, in ts order
         h.batches += 1
         self._accept(h, b)
