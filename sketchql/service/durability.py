@@ -66,6 +66,7 @@ import fcntl
 import glob
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import struct
@@ -76,6 +77,8 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import numpy as np
+
+log = logging.getLogger("sketchql.service")
 
 MAGIC = b"SQCKPT01"
 # WAL checkpoints (module doc): after this many committed bytes, when the writer has been idle this
@@ -337,8 +340,7 @@ class OpLog:
                     self.wal_bytes = max(self.wal_bytes - done, 0)
                     self.wal_checkpoints += 1
         except sqlite3.Error as exc:             # the log itself still works; the WAL just grows
-            import logging
-            logging.getLogger("sketchql.service").error("sketchql: WAL checkpoint failed: %s", exc)
+            log.error("sketchql: WAL checkpoint failed: %s", exc)
         finally:
             if db is not None:
                 db.close()
