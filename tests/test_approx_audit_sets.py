@@ -37,3 +37,27 @@ def test_compare_sets_identical_and_empty():
     assert r["recall"] == 0.0 and r["hist_mse"] is None
     r = compare_sets(ex, ex.iloc[:0], ["k", "t"])
     assert r["recall"] == 1.0 and r["fp_rate"] == 1.0
+
+
+def test_compare_sets_mixed_columns_and_nulls_against_brute_force():
+    """Float, string and NULL-bearing columns: rows match iff equal in every column (NULL = NULL)."""
+    rng = np.random.default_rng(11)
+    n = 4000
+    ex = pd.DataFrame({"k": rng.integers(0, 40, n),
+                       "t": np.round(rng.random(n) * 5, 1),
+                       "s": rng.choice(np.array(["a", "b", None], dtype=object), n),
+                       "x": np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 3, n).astype(float))})
+    keep = rng.random(n) < 0.6
+    extra = ex.sample(300, random_state=3, replace=True)                  # duplicates beyond the exact count
+    ap = pd.concat([ex[keep], extra], ignore_index=True)
+    cols = ["k", "t", "s", "x"]
+    r = compare_sets(ap, ex, cols)
+
+    def canon(df):
+        return Counter(tuple(None if (isinstance(v, float) and np.isnan(v)) else v for v in row)
+                       for row in df[cols].itertuples(index=False, name=None))
+    ce, ca = canon(ex), canon(ap)
+    hit = sum(min(c, ca[key]) for key, c in ce.items())
+    assert 0 < hit < len(ap)
+    assert r["recall"] == hit / len(ex)
+    assert r["fp_rate"] == (len(ap) - hit) / len(ap)
