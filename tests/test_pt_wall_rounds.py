@@ -36,7 +36,9 @@ def test_wall_rounds_stay_within_one_chunk_and_answer_exactly():
     replay(arr, {"q": q}, TimeBudget(fraction=0.002, wall_clock=True), tick_seconds=0.25)
     chunk = chunk_span(q.sources, q.window)
     assert spans and max(spans) <= chunk + 1e-9
-    assert sum(1 for s in spans if s < 0.3) <= 1                # no sliver rounds (the last one may be short)
+    # no sliver rounds between the first and the last: desc's first round is a one-tick direct round
+    # by design (it calibrates the round cost, PTJoin._use_direct), and the last one may be short
+    assert len(spans) >= 3 and min(spans[1:-1]) >= 0.3
     st = q.stats()                                            # every arrival went through some round:
     assert st["tuples_in"] + st["shed"] == len(arr)           # ingested, or shed (direct rounds, overload)
     r = evaluate_join(arr, 60.0, *q.pairs())
