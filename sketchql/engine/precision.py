@@ -49,6 +49,7 @@ from ..approx.audit import AuditSchedule, compare_aggregate, compare_sets
 from ..approx.estimators import relative_halfwidth
 from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
 from ..approx.sampling import PI_COLUMN, W_COLUMN, Sampler, shed, stream_keep_fn
+from .rows_by_rid import RowsByRid
 
 __all__ = ["PrecisionManager", "QueryPrecision", "EngineAllocator", "RateMeter"]
 
@@ -117,9 +118,8 @@ class QueryPrecision:
         self.schedule = AuditSchedule(self.audit_share, self.window, seed=manager.engine.seed * 131 + query.id)
         self.shadow = None
         self._shadow_from = math.inf        # time from which the shadow is comparable
-        self._shadow_live: dict = {}         # rid -> row tuple (exact answer)
-        self._live: dict = {}                # rid -> row tuple (approximate answer)
-        self._relerr: dict = {}              # rid -> relative half-width
+        self._shadow_live = RowsByRid()      # the exact answer's live rows, by rid
+        self._live = RowsByRid()             # the approximate answer's, with each row's relative half-width
         self.mode = "approx"                 # approx | exact | failed
         self._mode_since = -math.inf
         self._published: dict = {}           # what the query's relation shows when not in approx mode
@@ -135,6 +135,13 @@ class QueryPrecision:
         self.window_scale = 1.0                        # window reduction (sketchql.approx.window_reduction)
         self._base_windows = {i: float(n.params["window"].size)
                               for i, n in range_scans(query.plan).items()}
+
+    def __setstate__(self, state: dict):
+        # a checkpoint written before the live rows were columnar held them in dicts
+        if isinstance(state.get("_live"), dict):
+            state["_live"] = RowsByRid.from_dict(state["_live"], state.pop("_relerr", None))
+            state["_shadow_live"] = RowsByRid.from_dict(state.get("_shadow_live") or {})
+        self.__dict__.update(state)
 
     # -- helpers --------------------------------------------------------------
     def _window(self) -> float:
@@ -177,11 +184,11 @@ class QueryPrecision:
         if sh is None:
             return
         self.shadow = sh
-        self._shadow_live = {}
+        self._shadow_live = RowsByRid()
         orig_record = sh._record
 
         def record(out, _orig=orig_record):          # the exact answer's rows, by rid
-            self._apply_rows(self._shadow_live, out, rid_offset=_SHADOW_RID)
+            self._shadow_live.apply(out, rid_offset=_SHADOW_RID)
             _orig(out)
         sh._record = record
         started_with_query = not np.isfinite(self.q.clock)
@@ -199,23 +206,8 @@ class QueryPrecision:
         sh._advance(now)
         if not self._want_shadow(now) and self.mode != "exact":
             self.shadow = None
-            self._shadow_live = {}
+            self._shadow_live = RowsByRid()
             self._shadow_from = math.inf
-
-    @staticmethod
-    def _apply_rows(store: dict, ch: Changes, rid_offset: int = 0, err: Optional[dict] = None, errv=None):
-        cols = [ch.columns[c] for c in ch.names]
-        rows = list(zip(*[c.tolist() for c in cols])) if cols else [()] * len(ch)
-        for i, (s, r) in enumerate(zip(ch.sign.tolist(), ch.rid.tolist())):
-            r += rid_offset
-            if s > 0:
-                store[r] = rows[i]
-                if err is not None:
-                    err[r] = float(errv[i])
-            else:
-                store.pop(r, None)
-                if err is not None:
-                    err.pop(r, None)
 
     # -- hooks on the query (installed by :meth:`install`) ------------------------------------
     def install(self):
@@ -264,9 +256,9 @@ class QueryPrecision:
                     r = relative_halfwidth(out.columns[c], out.columns[lo], out.columns[hi])
                     r = np.where(np.isfinite(np.asarray(out.columns[c], np.float64)), r, 0.0)
                     rel = np.maximum(rel, r)
-                self._apply_rows(self._live, out, err=self._relerr, errv=rel)
+                self._live.apply(out, errv=rel)
             elif self.kind != "exact" and self.audit_share > 0:
-                self._apply_rows(self._live, out)
+                self._live.apply(out)
         return out if self.mode == "approx" else None
 
     def after_step(self, now: float):
@@ -302,12 +294,10 @@ class QueryPrecision:
     def _audit(self, now: float) -> Optional[dict]:
         if self.shadow is None or now < self._shadow_from or self.schedule.phase(now) != "compare":
             return None
-        import pandas as pd
         names = self._names()
         ex_names = list(self.shadow.names)
-        a = pd.DataFrame(list(self._live.values()), columns=names) if self._live else pd.DataFrame(columns=names)
-        x = pd.DataFrame(list(self._shadow_live.values()), columns=ex_names) if self._shadow_live else \
-            pd.DataFrame(columns=ex_names)
+        a = self._live.frame(names)
+        x = self._shadow_live.frame(ex_names)
         if self.info is not None and self.info.intervals:
             vals = set(self.info.intervals)
             gcols = [c for c in ex_names if c not in vals]
@@ -356,7 +346,7 @@ class QueryPrecision:
         ex = list(self.shadow.names)
         pos = {c: i for i, c in enumerate(ex)}
         out = {}
-        for r, row in self._shadow_live.items():
+        for r, row in self._shadow_live.as_dict().items():
             vals = []
             for c in names:
                 if c in pos:
@@ -372,7 +362,7 @@ class QueryPrecision:
         msg = f"contract missed: estimated error above {self.contract.error:g}"
         vals = []
         for c in names:
-            sample = next(iter(self._live.values()), None)
+            sample = self._live.first_row()
             v0 = sample[names.index(c)] if sample is not None else 0.0
             vals.append(msg if isinstance(v0, str) else float("nan"))
         return {(_SHADOW_RID << 1) + 1: tuple(vals)}
@@ -387,7 +377,7 @@ class QueryPrecision:
                 return
             if action == "exact" and self.shadow is not None and now >= self._shadow_from:
                 new = self._exact_rows()
-                self._publish_switch(now, self._live, new)
+                self._publish_switch(now, self._live.as_dict(), new)
                 self._published = new
                 self.mode = "exact"
             elif action == "fail" or action == "exact":
@@ -396,7 +386,7 @@ class QueryPrecision:
                 if action == "exact":
                     self.error_message += "; no exact standby yet: refused"
                 new = self._error_row()
-                self._publish_switch(now, self._live, new)
+                self._publish_switch(now, self._live.as_dict(), new)
                 self._published = new
                 self.mode = "failed"
             self._mode_since = now
@@ -412,7 +402,7 @@ class QueryPrecision:
                 self._published = new
             return
         if back:
-            self._publish_switch(now, self._published, self._live)
+            self._publish_switch(now, self._published, self._live.as_dict())
             self._published = {}
             self.mode = "approx"
             self.error_message = None
@@ -424,11 +414,7 @@ class QueryPrecision:
             return 0.0
         if self.info is None or not self.info.intervals:
             return None
-        if not self._relerr:
-            return None
-        v = np.fromiter(self._relerr.values(), np.float64, len(self._relerr))
-        v = v[np.isfinite(v)]
-        return float(v.max()) if len(v) else None
+        return self._live.max_err()
 
     def estimated_recall(self) -> Optional[float]:
         if self.kind == "exact":
