@@ -345,6 +345,12 @@ def test_batch_fast_path_answers_exactly_like_the_fastapi_route():
         ("POST", "/streams/Nope/batches", {"json": {"rows": []}}),
         ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 31.0, "pad": big}] * 40}}),  # 413
         ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 31.0 + i} for i in range(30)]}}),
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 70.0}]},          # pipelined
+                                        "headers": {"x-producer-id": "p", "x-producer-seq": "0"}}),
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 70.0}]},          # its retry
+                                        "headers": {"x-producer-id": "p", "x-producer-seq": "0"}}),
+        ("POST", "/streams/A/batches", {"json": {"rows": [{"k": 1, "v": 1.0, "ts": 70.0}]},
+                                        "headers": {"x-producer-id": "p", "x-producer-seq": "x"}}),   # 400
         ("POST", "/streams/A/batches/", {"json": {"rows": []}}),       # not the batch path: FastAPI answers both
         ("GET", "/streams/A/batches", {}),
     ]
@@ -364,7 +370,7 @@ def test_batch_fast_path_answers_exactly_like_the_fastapi_route():
     assert outs[0] == outs[1]
     statuses = [g[0] for g in outs[0][:len(reqs)]]
     assert statuses[:3] == [200, 200, 200] and statuses[3:10] == [400, 400, 400, 415, 400, 404, 413]
-    assert statuses[10] == 413 and statuses[12] == 405
+    assert statuses[10] == 413 and statuses[11:14] == [200, 200, 400] and statuses[15] == 405
 
 
 def test_results_fast_path_answers_exactly_like_the_fastapi_route():

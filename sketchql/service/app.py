@@ -452,7 +452,10 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     async def push_batch(name: str, request: Request):
         # served by the BatchRoute middleware (sketchql.service.batch_route) before FastAPI's routing;
         # declared here for OpenAPI, and answering the same way if reached
-        return await ingest.ingest(name, lambda limit: read_body(request, limit), request.headers.get("content-type"))
+        # the receipt as is (the model documents it; its optional fields appear only when they apply)
+        return JSONResponse(await ingest.ingest(
+            name, lambda limit: read_body(request, limit), request.headers.get("content-type"),
+            (request.headers.get("x-producer-id"), request.headers.get("x-producer-seq"))))
 
     @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
     async def heartbeat(name: str, body: M.Heartbeat):

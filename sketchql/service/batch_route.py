@@ -52,6 +52,7 @@ from ..errors import SketchQLError
 from .durability import DataDirError
 from .errors import ApiError, from_exception, limit_exceeded
 from .ingest import ARROW_TYPES, media_type, parse_batch
+from .producers import ID_HEADER, SEQ_HEADER, parse_headers
 
 log = logging.getLogger("sketchql.service")
 
@@ -96,15 +97,45 @@ class BatchIngest:
             self._pool = None
         self.state.applier.close()             # applies what is still queued
 
-    async def ingest(self, name: str, read_body, content_type) -> dict:
+    async def ingest(self, name: str, read_body, content_type, producer_headers=(None, None)) -> dict:
         """The receipt of one batch once it is applied and durable; :class:`ApiError` otherwise.
-        ``read_body(limit)``: coroutine returning the request body (413 past ``limit`` bytes)."""
+        ``read_body(limit)``: coroutine returning the request body (413 past ``limit`` bytes);
+        ``producer_headers``: the values of ``X-Producer-Id`` and ``X-Producer-Seq`` (pipelined ingest,
+        :mod:`sketchql.service.producers`), None when absent."""
         state, loop = self.state, asyncio.get_running_loop()
+        producer = parse_headers(*producer_headers)               # 400 before anything else
         schema = state.engine.catalog.get(name)                   # 404 before reading the body
         if schema is None:
             await loop.run_in_executor(self._executor(), state.schema, name)   # raises not_found
             schema = state.engine.catalog.get(name)
         body = await read_body(self.limits.max_body_bytes)
+        if producer is None:
+            return await self._ingest(schema, body, content_type, None)
+        turn = await state.producers.turn(*producer)              # this producer's batches in sequence order
+        if turn.duplicate:
+            return await self.duplicate(schema, turn)
+        try:
+            receipt = await self._ingest(schema, body, content_type, producer, turn)
+        except BaseException:
+            state.producers.leave(turn, refused=True)      # not admitted (no-op if it was): number not consumed
+            raise
+        return receipt
+
+    async def duplicate(self, schema, turn) -> dict:
+        """The answer to a retried sequence number: nothing applied again; sent once the producer's
+        latest admitted batch (hence the original) is durable, and with the original acknowledged for reads."""
+        await self.durable(turn.log_seq)
+        if turn.apply_number is not None:
+            await self.predecessor_applied(turn.apply_number)
+            self.state.applier.acknowledged(turn.apply_number)
+        return {"stream": schema.name, "accepted": 0, "clock": None, "seq": None, "producer": turn.producer,
+                "sequence": turn.seq, "duplicate": True}
+
+    async def _ingest(self, schema, body, content_type, producer, turn=None) -> dict:
+        """Parse, admit (or push) one batch, then await its durability; ``turn`` (a pipelined batch) is
+        left as soon as the batch is admitted, so the producer's next batch is admitted while this one's
+        log record is committed."""
+        state, loop = self.state, asyncio.get_running_loop()
         raw = body if media_type(content_type) in ARROW_TYPES else None
 
         def parse():
@@ -116,26 +147,28 @@ class BatchIngest:
 
         def work(parsed=None):
             cols, n = parsed or parse()
-            receipt = state.admit(schema.name, cols, n, raw)          # validated, logged, queued
-            return receipt if receipt is not None else state.push(schema.name, cols, n, False, raw)
+            receipt = state.admit(schema.name, cols, n, raw, producer=producer)   # validated, logged, queued
+            return receipt if receipt is not None else state.push(schema.name, cols, n, False, raw, producer)
 
         if raw is not None:
             # Arrow: reading + checking the batch costs ~0.2 ms per 10 000 rows, less than a hop to the
             # ingest thread and back (which also waits for the GIL held by the apply thread); admitted
             # right here unless that would wait (admission lock taken, apply queue full)
             parsed = parse()
-            receipt = state.admit(schema.name, *parsed, raw, block=False)
+            receipt = state.admit(schema.name, *parsed, raw, block=False, producer=producer)
             for _ in range(8):                  # queue full (backpressure): wait for room here, retry
                 if receipt is not state.BUSY or state.applier.pending < state.applier.max_pending:
                     break
                 room = state.applier.when_room(loop)
                 if room is not None:
                     await asyncio.wait_for(room, DURABLE_TIMEOUT_S)
-                receipt = state.admit(schema.name, *parsed, raw, block=False)
+                receipt = state.admit(schema.name, *parsed, raw, block=False, producer=producer)
             if receipt is None or receipt is state.BUSY:            # synchronous push, or would block
                 receipt = await loop.run_in_executor(self._executor(), work, parsed)
         else:
             receipt = await loop.run_in_executor(self._executor(), work)
+        if turn is not None:
+            state.producers.leave(turn)                 # admitted: the producer's next batch may go
         number = receipt.pop("apply_number", None)
         await self.durable(receipt.get("seq"))
         if number is not None:
@@ -195,11 +228,14 @@ class BatchRoute:
         m = self.PATH.match(path)
         if m is None:
             return await self.app(scope, receive, send)
-        ctype = None
+        ctype = pid = pseq = None
         for k, v in scope.get("headers", ()):
             if k == b"content-type":
                 ctype = v.decode("latin-1")
-                break
+            elif k == _ID_B:
+                pid = v.decode("latin-1")
+            elif k == _SEQ_B:
+                pseq = v.decode("latin-1")
 
         async def read_body(limit: int) -> bytes:
             chunks, total, more = [], 0, True
@@ -217,7 +253,7 @@ class BatchRoute:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
         try:
-            out, status, headers = await self.ingest.ingest(m.group(1), read_body, ctype), 200, ()
+            out, status, headers = await self.ingest.ingest(m.group(1), read_body, ctype, (pid, pseq)), 200, ()
         except _Disconnected:
             return
         except ApiError as exc:
@@ -266,6 +302,9 @@ class SettleReads:
                                    f"{self.timeout:g} s; see /health")
                     return await send_json(send, err.status, err.body())
         return await self.app(scope, receive, send)
+
+
+_ID_B, _SEQ_B = ID_HEADER.encode(), SEQ_HEADER.encode()
 
 
 class _Disconnected(Exception):

@@ -76,8 +76,10 @@ def _cmd_serve(args) -> int:
               f"{bar}", file=sys.stderr, flush=True)
     data_dir = None if args.in_memory else (args.data_dir or os.environ.get("SKETCHQL_DATA_DIR") or DEFAULT_DATA_DIR)
     roots = tuple(os.path.abspath(r) for r in (args.summary_root or ())) or None
+    if not args.max_sequence_wait > 0:
+        return fail(f"--max-sequence-wait must be > 0 seconds, got {args.max_sequence_wait}")
     limits = Limits(max_retained_rows=args.result_buffer_rows, max_time_jump=args.max_time_jump,
-                    summary_roots=roots)
+                    summary_roots=roots, max_sequence_wait_s=args.max_sequence_wait)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
     try:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
@@ -128,6 +130,9 @@ def register(subparsers) -> None:
                    help="directory POST /summaries/load may read below (repeatable; none: loading is off)")
     p.add_argument("--max-time-jump", type=_jump, default=86_400.0, metavar="SECONDS",
                    help="refuse tuples more than this far ahead of their stream's clock (default 86400; 'none')")
+    p.add_argument("--max-sequence-wait", type=float, default=10.0, metavar="SECONDS",
+                   help="pipelined ingest: how long a producer's batch waits for the ones before it before a 409 "
+                        "sequence_gap (default 10)")
     p.add_argument("--result-buffer-rows", type=int, default=200_000,
                    help="result rows kept per query for cursor reads and SSE (default 200000)")
     p.add_argument("--checkpoint-every-tuples", type=int, default=1_000_000,

@@ -39,7 +39,13 @@ class Limits:
       earliest time is the reference;
     * ``max_estimate_values``: values in one estimate request;
     * ``summary_roots``: if set, ``/summaries/load`` only reads paths inside
-      these directories.
+      these directories;
+    * ``max_producers``: producer ids of pipelined ingest remembered (the least
+      recently used idle one is forgotten past it; :mod:`sketchql.service.producers`);
+    * ``producer_window``: how many batches a producer's batch may be ahead of
+      its next expected one (409 beyond);
+    * ``max_sequence_wait_s``: how long a producer's batch waits for the batches
+      before it (409 ``sequence_gap`` after).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -55,6 +61,9 @@ class Limits:
     max_estimate_values: int = 1_000
     max_time_jump: Optional[float] = 86_400.0
     summary_roots: Optional[tuple] = None
+    max_producers: int = 10_000
+    producer_window: int = 64
+    max_sequence_wait_s: float = 10.0
 
     def to_dict(self) -> dict:
         d = asdict(self)

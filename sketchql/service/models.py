@@ -90,6 +90,10 @@ class BatchReceipt(_Resp):
     accepted: int
     clock: Optional[float]
     seq: Optional[int] = Field(None, description="its position in the operation log (null without --data-dir)")
+    producer: Optional[str] = Field(None, description="X-Producer-Id of a pipelined batch")
+    sequence: Optional[int] = Field(None, description="X-Producer-Seq of a pipelined batch")
+    duplicate: Optional[bool] = Field(None, description="true: this sequence number was already admitted; "
+                                      "nothing was applied again (accepted 0)")
 
 
 class HeartbeatReceipt(_Resp):

@@ -51,6 +51,7 @@ from . import gcpolicy
 from .applier import ApplyQueue, ExclusiveLock
 from .errors import ApiError, from_exception, limit_exceeded, not_found
 from .limits import Limits
+from .producers import Producers
 from .results import Notifier, ResultLog, frame_records, json_number
 from .summaries import SummaryRegistry, estimate as estimate_summary
 
@@ -85,6 +86,9 @@ class ServiceState:
                                   on_error=self._apply_failed)
         self.lock = ExclusiveLock(self.admit_lock, self.engine_lock, self.applier)
         self._admit_clock: dict = {}                # stream -> latest time admitted (applied or queued)
+        # pipelined ingest: next expected sequence number per producer (updated under admit_lock with the log)
+        self.producers = Producers(self.limits.max_producers, self.limits.producer_window,
+                                   self.limits.max_sequence_wait_s)
         self.logs: dict[int, ResultLog] = {}
         self.summaries = SummaryRegistry(self.limits.max_summaries, self.limits.max_summary_file_bytes,
                                          self.limits.summary_roots)
@@ -277,7 +281,8 @@ class ServiceState:
     # -- asynchronous ingest: admit (validate + log) now, apply in log order on the apply thread -----
     BUSY = "busy"
 
-    def admit(self, name: str, columns: dict, n: int, raw: bytes | None = None, block: bool = True):
+    def admit(self, name: str, columns: dict, n: int, raw: bytes | None = None, block: bool = True,
+              producer=None):
         """Validate a parsed batch fully, log it and queue it for the apply thread; the receipt, or
         None when this stream needs the synchronous :meth:`push` (a stream with a slack buffer, whose
         acceptance depends on the buffer's state).  Raises :class:`ApiError` for a refused batch
@@ -291,7 +296,9 @@ class ServiceState:
         its acknowledgement with ``applier.acknowledged``).  ``block=False`` (the event loop's fast path): return :attr:`BUSY` at once
         instead of waiting for the admission lock or for room in the apply queue -- with a full queue
         only after the checks, so a batch that will be refused is refused at once, never after
-        waiting for room (it is checked again when admitted: the clock may move meanwhile)."""
+        waiting for room (it is checked again when admitted: the clock may move meanwhile).
+        ``producer``: ``(producer id, sequence number)`` of a pipelined batch, logged with it and recorded
+        in :attr:`producers` in the same critical section (the caller holds the producer's turn)."""
         if not block:
             if not self.admit_lock.acquire(blocking=False):
                 self.applier.busy["locked"] += 1
@@ -306,7 +313,7 @@ class ServiceState:
         else:
             self.admit_lock.acquire()          # admissions in seq order; excludes ``with self.lock``
         try:
-            return self._admit(name, columns, n, raw)
+            return self._admit(name, columns, n, raw, producer)
         finally:
             self.admit_lock.release()
 
@@ -333,29 +340,35 @@ class ServiceState:
             raise from_exception(exc, stream=schema.name) from None
         return schema, h, clock, b
 
-    def _admit(self, name, columns, n, raw):
+    def _admit(self, name, columns, n, raw, producer=None):
         checked = self._checked(name, columns, n)
         if checked is None:
             return None
         schema, h, clock, b = checked
         key = schema.name.lower()
-        seq = self._log_push(schema.name, columns, n, raw)
+        seq = self._log_push(schema.name, columns, n, raw, producer)
         if h is not None and len(b):
             clock = max(clock, float(b.ts[-1]))
             self._admit_clock[key] = (h, clock)
         number = self.applier.put(_Admitted(schema.name, columns, n, seq))
-        return {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
-                "seq": seq, "apply_number": number}
+        out = {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
+               "seq": seq, "apply_number": number}
+        if producer is not None:
+            self.producers.record(producer[0], producer[1], seq, number)
+            out["producer"], out["sequence"] = producer
+        return out
 
-    def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None):
-        """Log one batch (the Arrow body as it came, else the encoded columns); None when not logging."""
+    def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None, producer=None):
+        """Log one batch (the Arrow body as it came, else the encoded columns) with its producer id and
+        sequence number if it has them; None when not logging."""
         from .durability import encode_columns
 
         if self.store is None or self.replaying:
             return None
-        if raw is not None:
-            return self.store.append("push", {"stream": stream, "format": "arrow"}, raw, n)
-        return self.store.append("push", {"stream": stream, "format": "columns"}, encode_columns(columns), n)
+        meta = {"stream": stream, "format": "arrow" if raw is not None else "columns"}
+        if producer is not None:
+            meta["producer"], meta["pseq"] = producer
+        return self.store.append("push", meta, raw if raw is not None else encode_columns(columns), n)
 
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
@@ -370,7 +383,8 @@ class ServiceState:
         is applied."""
         return self.applier.when_applied(loop)
 
-    def push(self, name: str, columns: dict, n: int, wait: bool = True, raw: bytes | None = None) -> dict:
+    def push(self, name: str, columns: dict, n: int, wait: bool = True, raw: bytes | None = None,
+             producer=None) -> dict:
         """Push one parsed batch; a refused batch changes nothing (and is counted). Returns the receipt
         once the batch is durable (``wait=False``: at once, for callers already holding the lock).
 
@@ -381,7 +395,7 @@ class ServiceState:
         with self.lock:
             schema = self._schema(name)
             self._check_jump(schema, columns, n)
-            seq = self._log_push(schema.name, columns, n, raw)
+            seq = self._log_push(schema.name, columns, n, raw, producer)
             try:
                 self.engine.push(schema.name, columns)
             except SketchQLError as exc:
@@ -389,11 +403,16 @@ class ServiceState:
                     self.store.append("abort", {"seq": seq})
                 self._count_reject(schema.name, n, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
                 raise from_exception(exc, stream=schema.name) from None
+            if producer is not None:
+                self.producers.record(producer[0], producer[1], seq)
             self._collect_all()
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
         if wait:
             self.wait_durable(seq)
-        return {"stream": schema.name, "accepted": n, "clock": json_number(clock), "seq": seq}
+        out = {"stream": schema.name, "accepted": n, "clock": json_number(clock), "seq": seq}
+        if producer is not None:
+            out["producer"], out["sequence"] = producer
+        return out
 
     def reject(self, name: str, n: int = 0, reason: str = "invalid"):
         """Count a batch refused before admission (unparsable body).  Takes no engine lock: it may run
@@ -832,7 +851,8 @@ class ServiceState:
             data = dumps({"version": 1, "seq": seq, "engine": self.engine, "logs": self.logs,
                           "summaries": self.summaries.entries, "next_query_id": next_query_id(self.engine),
                           "rejected_rows": dict(self.rejected_rows), "rejected_batches": dict(self.rejected_batches),
-                          "rejected_by_reason": dict(self.rejected_by_reason)})
+                          "rejected_by_reason": dict(self.rejected_by_reason),
+                          "producers": self.producers.snapshot()})
         return seq, data
 
     def checkpoint(self) -> dict:
@@ -869,6 +889,7 @@ class ServiceState:
                 self.rejected_batches.update(snap.get("rejected_batches", {}))
                 self.rejected_by_reason.update(snap.get("rejected_by_reason", {}))
                 reserve_query_ids(self.engine, snap.get("next_query_id", 1))
+                self.producers.restore(snap.get("producers"))
                 info["checkpoint_seq"] = ck[0]
             self.replaying = True
             aborted = self.store.aborted_after(info["checkpoint_seq"])
@@ -898,6 +919,8 @@ class ServiceState:
 
         m = op.meta
         if op.kind == "push":
+            if "producer" in m:              # its number is consumed (it was acknowledged) even if replay fails
+                self.producers.record(m["producer"], int(m["pseq"]), op.seq)
             if m.get("format") == "arrow":
                 from .ingest import ARROW_TYPES, parse_batch
                 cols, _ = parse_batch(op.payload, ARROW_TYPES[0], self._schema(m["stream"]), 1 << 62)
