@@ -352,31 +352,36 @@ def test_refresh_gran_equals_f2_nodes_and_pyramid_ranges(d):
     assert not g._norm_dirty.any() and not g._f2_stale.any()
 
 
-def test_hot_cells_cell_ordered_copy():
-    """The hot zone's cells are read through the linked arena (few probes) or through its cell-ordered
-    copy (a batch that would walk the lists more than twice the arena): same matches, same order, also
-    after the arena grew (the copy is rebuilt) and when the copy is reused."""
+def test_hot_cells_segments_follow_appends_and_relayouts():
+    """The hot zone's cells are per-bucket segments of the arena, extended at ingest and laid out again
+    when a segment is full: same matches, same order as the reference after every ingest (small and
+    large appends, relayouts included), and each segment holds its bucket's tuples in arrival order."""
     decl = SummaryDeclaration("s", "S", "a", granularity=1000.0, rate=2, depth=2)
     ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=4, w=32))
     rng = np.random.default_rng(4)
-    used = []
-    for step in range(4):
+    relayouts, caps = 0, []
+    for step, size in enumerate((300, 3, 1, 40, 700, 2, 300)):
         t0 = 10.0 * step
-        ix.ingest(rng.integers(0, 6, 300), np.sort(rng.uniform(t0, t0 + 10.0, 300)))
-        for keys in (np.array([2]), rng.integers(0, 7, 40)):      # linked walk / cell-ordered copy
-            for _ in range(2):                                     # the second call reuses the copy
-                lo, hi = np.full(len(keys), t0 - 15.0), np.full(len(keys), t0 + 10.0)
-                assert_same(ix.probe_many(keys, lo, hi, with_regions=True), reference(ix, keys, lo, hi), "T4")
-                used.append(int(ix._kview.hot.cn[0]))
-    hot_n = ix._kview.hot.n
-    assert used[-1] == hot_n and -1 in used[:1]          # first call: linked walk; 40 probes: the copy
+        ix.ingest(rng.integers(0, 6, size), np.sort(rng.uniform(t0, t0 + 10.0, size)))
+        for keys in (np.array([2]), rng.integers(0, 7, 40)):
+            lo, hi = np.full(len(keys), t0 - 15.0), np.full(len(keys), t0 + 10.0)
+            assert_same(ix.probe_many(keys, lo, hi, with_regions=True), reference(ix, keys, lo, hi), "T4")
+        h = ix._kview.hot
+        relayouts += bool(caps) and len(h.R) != caps[-1]
+        caps.append(len(h.R))
+        z = ix._kview.hot_zone
+        c = z.compact()
+        for b in range(4):                                   # segment b = the zone's cell b, arrival order
+            seg = h.R[h.start[b]:h.start[b] + h.count[b]]
+            assert seg.tolist() == c.rids[c.offsets[b]:c.offsets[b + 1]].tolist()
+        assert (h.count <= h.room).all() and (h.start[1:] >= h.start[:-1] + h.room[:-1]).all()
+    assert relayouts >= 1                                    # the large appends outgrew the segments
 
 
 @pytest.mark.parametrize("structure", ["T1", "T4"])
 def test_float_values_many_per_cell_and_late_tuples_equal_numpy(structure):
     """Compiled == numpy (order included) and brute force: float values with 0.0 / -0.0 (equal keys),
-    many values per cell, out-of-order arrivals, cold zones (CSR), the hot zone's cell-ordered copy
-    and its linked lists."""
+    many values per cell, out-of-order arrivals, cold zones (CSR) and the hot zone's segments."""
     rng = np.random.default_rng(21)
     n = 3000
     v = rng.integers(-3, 9, n) * 0.5
@@ -387,7 +392,7 @@ def test_float_values_many_per_cell_and_late_tuples_equal_numpy(structure):
                                        min_estimate=0.0))
     for i in range(0, n, 150):
         ix.ingest(v[i:i + 150], t[i:i + 150])
-        for P in (3, 60):                                  # linked hot walk / cell-ordered hot copy
+        for P in (3, 60):                                  # few / many probes of the hot segments
             keys = rng.choice(np.array([0.0, -0.0, 0.5, 1.5, 4.0, 7.0]), P)
             hi = rng.uniform(ix.clock - 30, ix.clock + 1, P)
             lo = hi - rng.uniform(5, 60, P)
@@ -409,7 +414,7 @@ def test_kernels_release_the_gil_and_threaded_indexes_equal_sequential():
     the results of the same work done one after the other (matches, order, counters, stats)."""
     import threading
     from sketchql.index import cellscan
-    entry = ("_hash_into", "probe_kview", "_match_regions", "arena_cells", "arena_append", "pyramid_ranges",
+    entry = ("_hash_into", "probe_kview", "_match_regions", "seg_append", "seg_relayout", "pyramid_ranges",
              "scan_window_emit", "row_norms_into", "row_median_into", "thresholds", "concat_perm", "refresh_f2",
              "refresh_gran", "adaptive_checks")
     for name in entry:

@@ -31,8 +31,8 @@ same computation in a few loops over an incrementally maintained view
   the window's tuples sorted by time, per probe a binary search of
   ``(t_from, t_to]`` and a linear comparison of the values in it
   (one kernel, :func:`scan_window_emit`, writing the matching tuples).
-- maintenance helpers: :func:`arena_append` (the hot zone's per-bucket
-  linked lists), :func:`pyramid_ranges`, :func:`row_norms_into` /
+- maintenance helpers: :func:`seg_append` / :func:`seg_relayout` (the hot zone's
+  per-bucket segments), :func:`pyramid_ranges`, :func:`row_norms_into` /
   :func:`row_median_into` (exact row norms and F2 medians of pyramid nodes),
   :func:`refresh_gran` (ranges + F2 of one granularity's view part, fused),
   :func:`concat_perm` (merging a zone's chunks).  Each has a numpy
@@ -162,11 +162,13 @@ def _median5(a, b, c, d, e):
 
 
 @numba.njit(cache=True, nogil=True)
-def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cstart,
-                   Vc, Tc, Rc, hcstart, hcV, hcT, hcR, HV, HT, HR, hnext, hhead, mp, mreg, mv, mt, mr):
+def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
+                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
     order, each cell's tuples with the probe's value and ``t_from < ts <= t_to`` appended to the match
-    arrays (beyond their length only counted); returns the number of matches.
+    arrays (beyond their length only counted); returns the number of matches.  A cold cell is
+    ``Vc/Tc/Rc[cstart[c]:][:clen[c]]``, a cell of the hot leaf ``HV/HT/HR[hstart[b]:][:clen[c]]`` (its
+    bucket's segment of the hot arena): both contiguous, in arrival order.
 
     Indexes whose sign the compiler cannot prove (cell starts, probe rows read from arrays) are
     unsigned: numba wraps a signed index that may be negative (a compare and select per access, and
@@ -184,27 +186,11 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cst
         e = tt[up]
         c = k * B + b
         n = clen[np.uint64(c)]
-        if k == hot_k and not use_hc:
-            j = hhead[np.uint64(b)]
-            while j >= 0:
-                uj = np.uint64(j)
-                if HV[uj] == key:
-                    t = HT[uj]
-                    if t > a and t <= e:
-                        if nm < cap_m:
-                            mp[nm] = p
-                            mreg[nm] = r
-                            mv[nm] = HV[uj]
-                            mt[nm] = t
-                            mr[nm] = HR[uj]
-                        nm += 1
-                j = hnext[uj]
-            continue
         if k == hot_k:
-            V_ = hcV
-            T_ = hcT
-            R_ = hcR
-            s = hcstart[np.uint64(b)]
+            V_ = HV
+            T_ = HT
+            R_ = HR
+            s = hstart[np.uint64(b)]
         else:
             V_ = Vc
             T_ = Tc
@@ -241,22 +227,18 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cst
 @numba.njit(cache=True, nogil=True)
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
-                Vc, Tc, Rc, hot_k, HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart, hcn,
+                Vc, Tc, Rc, hot_k, HV, HT, HR, hstart,
                 rp, rk, rest, mp, mreg, mv, mt, mr):
     """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
 
     Node k's table is ``store[k]`` (all store nodes, empty ones with an empty
     range); the threshold of (k, b) is ``max(min_est, sigma * sqrt(max(F2[k,
     b], 0) / wcols))``; the cells of the hot leaf ``hot_k`` are the
-    per-bucket linked lists of the arena (``hhead``, ``hnext``; length
-    ``clen``), the others the CSR ``cstart``/``clen`` into ``Vc``/``Tc``/``Rc``.
-    When the batch would walk the hot lists more than twice the arena's
-    size in total, the arena is first laid out in cell order into the
-    scratch ``hcV``/``hcT``/``hcR`` (``hcstart`` per bucket; ``hcn[0]`` = the
-    arena size that copy reflects, so later calls reuse it while the arena
-    did not grow) and the hot cells are read sequentially like the cold ones:
-    a linked walk is a chain of dependent loads, ~4 cache misses per tuple
-    once the hot zone outgrows the cache (same tuples, same order).
+    per-bucket segments of the arena (``HV``/``HT``/``HR`` from ``hstart[b]``, length
+    ``clen``), the others the CSR ``cstart``/``clen`` into ``Vc``/``Tc``/``Rc``: every cell is
+    read sequentially (the arena keeps each bucket's tuples contiguous as they arrive, see
+    :class:`~sketchql.index.kview.HotArena`; it was a linked list per bucket, laid out in cell
+    order by the probe whenever the arena had grown: ~8 ns per hot tuple after an ingest).
     Fills regions (``rp`` probe, ``rk`` node, ``rest`` raw estimate) and
     matches (``mp`` probe, ``mreg`` region row, ``mv``/``mt``/``mr`` value,
     ts, row id).  Returns (n_regions, n_matches, visited, flat, work);
@@ -283,22 +265,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
-    use_hc = False                                   # hot cells from the cell-ordered copy
-    if hot_k >= 0:
-        hn = 0
-        for b in range(B):
-            hn += clen[hot_k * B + b]
-        if hcV.shape[0] >= hn:
-            if hcn[0] == hn:
-                use_hc = True
-            else:
-                walk = 0
-                for p in range(P):
-                    walk += clen[hot_k * B + (bucket[p] if sketch else 0)]
-                if walk > 2 * hn:
-                    arena_cells(HV, HT, HR, hnext, hhead, hcV, hcT, hcR, hcstart)
-                    hcn[0] = hn
-                    use_hc = True
     nr = 0
     nm = 0
     visited = 0
@@ -355,45 +321,45 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 work += clen[np.uint64(k * B + b)]
                 nr += 1
     if nr <= cap_r:
-        nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, use_hc, clen, cstart,
-                            Vc, Tc, Rc, hcstart, hcV, hcT, hcR, HV, HT, HR, hnext, hhead, mp, mreg, mv, mt, mr)
+        nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
+                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr)
     return nr, nm, visited, flat, work
 
 
 @numba.njit(cache=True, nogil=True)
-def arena_cells(V, T, R, nxt, head, oV, oT, oR, start):
-    """A per-bucket linked arena laid out in cell order (bucket, then arrival) into ``oV``/``oT``/``oR``;
-    ``start[b]`` = position of cell b's first tuple.  Returns the number of tuples."""
-    k = 0
-    for b in range(head.shape[0]):
-        start[b] = k
-        j = head[b]
-        while j >= 0:
-            oV[k] = V[j]
-            oT[k] = T[j]
-            oR[k] = R[j]
-            k += 1
-            j = nxt[j]
-    return k
-
-
-@numba.njit(cache=True, nogil=True)
-def arena_append(V, T, R, nxt, head, tail, count, n, v, t, r, b):
-    """Append tuples (arrival order) to a per-bucket linked arena; returns the new size."""
+def seg_append(V, T, R, start, room, count, v, t, r, b):
+    """Append tuples (arrival order) to a per-bucket segmented arena: tuple i goes to
+    ``start[b[i]] + count[b[i]]``.  Returns False, writing nothing, when some bucket's segment has
+    not room for its new tuples (``count + new > room``; the caller lays the arena out again with
+    more room, :func:`seg_relayout`); True when all were appended."""
+    B = count.shape[0]
+    add = np.zeros(B, dtype=np.int64)
+    for i in range(b.shape[0]):
+        add[b[i]] += 1
+    for bb in range(B):
+        if count[bb] + add[bb] > room[bb]:
+            return False
     for i in range(r.shape[0]):
-        j = n + i
+        bb = b[i]
+        j = start[bb] + count[bb]
         V[j] = v[i]
         T[j] = t[i]
         R[j] = r[i]
-        nxt[j] = -1
-        bb = b[i]
-        if tail[bb] >= 0:
-            nxt[tail[bb]] = j
-        else:
-            head[bb] = j
-        tail[bb] = j
         count[bb] += 1
-    return n + r.shape[0]
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def seg_relayout(V, T, R, start, count, V2, T2, R2, start2):
+    """Copy every bucket's segment ``[start[b], start[b] + count[b])`` of V/T/R to ``start2[b]`` of
+    V2/T2/R2 (the arena laid out with new room per bucket)."""
+    for bb in range(count.shape[0]):
+        s = start[bb]
+        s2 = start2[bb]
+        for j in range(count[bb]):
+            V2[s2 + j] = V[s + j]
+            T2[s2 + j] = T[s + j]
+            R2[s2 + j] = R[s + j]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -812,14 +778,13 @@ def warm_up() -> None:
     z = np.zeros(1, dtype=np.int64)
     f = np.zeros(1)
     for V in (z, f):
-        arena_append(V.copy(), f.copy(), z.copy(), z.copy(), np.full(1, -1, dtype=np.int64),
-                     np.full(1, -1, dtype=np.int64), z.copy(), 0, V, f, z, z)
+        seg_append(V.copy(), f.copy(), z.copy(), z.copy(), z + 1, z.copy(), V, f, z, z)
+        seg_relayout(V, f, z, z, z, V.copy(), f.copy(), z.copy(), z)
         for sk in (True, False):
             probe_k(ProbeBuffers(1, 1, V.dtype), 0.5, 1.0, V, np.zeros(0, dtype=np.uint64), z,
                     np.zeros((2, 1), dtype=np.int64), np.ones((2, 1), dtype=np.int64), f, f,
                     sk, z, np.zeros((1, 1)), 1.0, 1, 1, f, f, z - 1, np.ones(1, dtype=np.bool_),
-                    np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z, z - 1,
-                    V, f, z, z, z - 1)
+                    np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z)
         scan_window(V, f, V, f, f)
         scan_k(ProbeBuffers(1, 1, V.dtype), V, f, z, V, f, f)
     pyramid_ranges(f, f, f.copy(), f.copy())

@@ -28,18 +28,21 @@ maintenance is a handful of array writes:
   what the CSR holds (a zone that became cold, a COLLAPSE target); dropped
   zones leave garbage that is compacted away once it exceeds the live part.
 - **hot zone** (the zone of G1 that received the latest append): an arena
-  in arrival order with one linked list per bucket (``hhead``/``hnext``), so
-  the cells keep their order (bucket, then arrival) without re-sorting.  A
-  probe batch that would walk those lists for more than twice the arena's
-  size lays the arena out in cell order first (scratch arrays of the arena,
-  reused until it grows; see :func:`~sketchql.index.kernels.probe_kview`).
-  :meth:`KernelView.on_append` extends it *at ingest time* (one compiled
-  call per appended run, counted in t_ins); if it ever disagrees with the
-  zone (size mismatch after a merge, late tuples, a new hot zone) it is
-  rebuilt from the zone at the next refresh.
+  with one contiguous *segment* per bucket, each with room to grow
+  (:class:`HotArena`), so a hot cell is read sequentially like a cold one, in
+  arrival order, without any per-probe copy.  :meth:`KernelView.on_append`
+  extends it *at ingest time* (one compiled call per appended run, counted in
+  t_ins: each tuple is written at its bucket segment's end; a full segment
+  makes the arena lay every bucket out again with twice the room, amortized
+  O(1) per tuple); if it ever disagrees with the zone (size mismatch after a
+  merge, late tuples, a new hot zone) it is rebuilt from the zone at the next
+  refresh.  (It used to be a linked list per bucket that a probe batch laid
+  out in cell order whenever the arena had grown since the last copy: ~8 ns
+  per hot tuple in the probe after each ingest, ~20 us per batch at ~6,000
+  tuples per window, ~200 us at ~60,000.)
 
-Memory: the arena duplicates the hot zone's tuples (plus one int64 link per
-tuple, and room for the cell-ordered copy: the hot zone's tuples again);
+Memory: the arena duplicates the hot zone's tuples, with up to twice their
+room (plus 8 slots per bucket);
 the CSR holds at most twice the live cold tuples.  Values are kept
 in their stored dtype; the compiled path is used for int64 and float64
 stored values (other dtypes and strings use the numpy path).
@@ -55,55 +58,50 @@ _NO_ARENA = {}           # vdtype -> empty placeholder arena (no hot leaf)
 
 
 class HotArena:
-    """One zone's tuples in arrival order, linked per bucket (see the module doc).
+    """One zone's tuples in cell order: bucket b's tuples, in arrival order, are the segment
+    ``V/T/R[start[b] : start[b] + count[b]]`` of room ``room[b]`` (see the module doc).
 
-    Cell b = ``head[b] -> next[head[b]] -> ...`` (``count[b]`` tuples, arrival order).
+    Appends write each tuple at its segment's end (:func:`kernels.seg_append`); when a segment
+    is full every bucket is laid out again with room ``2 (count + new) + 8``
+    (:func:`kernels.seg_relayout`): a tuple is copied O(1) times on average.
 
     >>> import numpy as np
-    >>> a = HotArena(zid=1, B=2, vdtype=np.int64, cap=2)
+    >>> a = HotArena(zid=1, B=2, vdtype=np.int64)
     >>> a.append(np.array([7, 8, 9]), np.array([1.0, 2.0, 3.0]), np.array([0, 1, 2]), np.array([1, 0, 1]))
-    >>> j, cell = a.head[1], []
-    >>> while j >= 0:
-    ...     cell.append(int(a.R[j])); j = a.next[j]
-    >>> cell, a.count.tolist()
+    >>> b = 1; a.R[a.start[b]:a.start[b] + a.count[b]].tolist(), a.count.tolist()
     ([0, 2], [1, 2])
     """
 
-    def __init__(self, zid: int, B: int, vdtype, cap: int = 256):
+    def __init__(self, zid: int, B: int, vdtype, need=None):
         self.zid = zid
         self.B = B
         self.n = 0
-        self.V = np.empty(cap, dtype=vdtype)
-        self.T = np.empty(cap)
-        self.R = np.empty(cap, dtype=np.int64)
-        self.next = np.empty(cap, dtype=np.int64)
-        self.head = np.full(B, -1, dtype=np.int64)
-        self.tail = np.full(B, -1, dtype=np.int64)
         self.count = np.zeros(B, dtype=np.int64)
-        self._scratch(cap)
+        self.start = np.zeros(B, dtype=np.int64)
+        self.room = np.zeros(B, dtype=np.int64)
+        self.V = np.empty(0, dtype=vdtype)
+        self.T = np.empty(0)
+        self.R = np.empty(0, dtype=np.int64)
+        self._layout(np.zeros(B, dtype=np.int64) if need is None else need)
 
-    def _scratch(self, cap: int) -> None:
-        """Room for the cell-ordered copy the probe kernel makes (``cV``/``cT``/``cR``, ``cstart``;
-        ``cn[0]`` = arena size it reflects, -1: none)."""
-        self.cV = np.empty(cap, dtype=self.V.dtype)
-        self.cT = np.empty(cap)
-        self.cR = np.empty(cap, dtype=np.int64)
-        self.cstart = np.zeros(self.B, dtype=np.int64)
-        self.cn = np.full(1, -1, dtype=np.int64)
+    def _layout(self, need) -> None:
+        """Lay the segments out again with room ``2 need + 8`` per bucket (need >= count)."""
+        room = 2 * need + 8
+        start = np.zeros(self.B, dtype=np.int64)
+        np.cumsum(room[:-1], out=start[1:])
+        cap = int(start[-1] + room[-1])
+        V, T, R = np.empty(cap, dtype=self.V.dtype), np.empty(cap), np.empty(cap, dtype=np.int64)
+        if self.n:
+            kernels.seg_relayout(self.V, self.T, self.R, self.start, self.count, V, T, R, start)
+        self.V, self.T, self.R, self.start, self.room = V, T, R, start, room
 
     def append(self, v, t, r, b) -> None:
-        k = len(r)
-        if self.n + k > len(self.R):
-            cap = max(2 * len(self.R), self.n + k)
-            for name in ("V", "T", "R", "next"):
-                old = getattr(self, name)
-                new = np.empty(cap, dtype=old.dtype)
-                new[:self.n] = old[:self.n]
-                setattr(self, name, new)
-            self._scratch(cap)
         c = np.ascontiguousarray
-        self.n = kernels.arena_append(self.V, self.T, self.R, self.next, self.head, self.tail, self.count,
-                                      self.n, c(v), c(t), c(r), c(b))
+        v, t, r, b = c(v), c(t), c(r), c(b)
+        if not kernels.seg_append(self.V, self.T, self.R, self.start, self.room, self.count, v, t, r, b):
+            self._layout(self.count + np.bincount(b, minlength=self.B))
+            kernels.seg_append(self.V, self.T, self.R, self.start, self.room, self.count, v, t, r, b)
+        self.n += len(r)
 
 
 class KernelView:
@@ -170,14 +168,14 @@ class KernelView:
         self.usable = True                                    # False once a zone holds values of another dtype
         self.key_types = {}                                   # keys dtype -> comparable with the values?
         if self.vdtype not in _NO_ARENA:
-            _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype, cap=1)
+            _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype)
 
     @property
     def nbytes(self) -> int:
         """Memory of the view (a cache: the CSR copy of the cold tuples, the hot arena, node arrays)."""
         arrays = (self.Vc, self.Tc, self.Rc, self.cstart, self.clen, self.F2, self.lo, self.hi, self.parent)
-        hot = sum(a.nbytes for a in (self.hot.V, self.hot.T, self.hot.R, self.hot.next, self.hot.cV, self.hot.cT,
-                                     self.hot.cR)) if self.hot else 0
+        hot = sum(a.nbytes for a in (self.hot.V, self.hot.T, self.hot.R, self.hot.start, self.hot.room,
+                                     self.hot.count)) if self.hot else 0
         return sum(a.nbytes for a in arrays) + hot
 
     def fits(self, ix) -> bool:
@@ -269,7 +267,7 @@ class KernelView:
             if c.values.dtype != self.vdtype:
                 self.usable = False
                 return
-            a = HotArena(hz.id, self.B, self.vdtype, cap=max(256, 2 * hz.n))
+            a = HotArena(hz.id, self.B, self.vdtype, need=np.diff(c.offsets))
             a.append(c.values, c.ts, c.rids, c.buckets())
             self.hot, self.hot_ok = a, True
         hot_id = hz.id if hz is not None else None
@@ -315,7 +313,7 @@ class KernelView:
             self._ranges(gi, g, o, n_nodes)
         changed |= self._garbage(ix)
         h = self.hot if self.hot_k >= 0 else _NO_ARENA[self.vdtype]
-        if changed or self.args[18] is not h.V or self.args[21] is not h.next:     # (the arena may have grown)
+        if changed or self.args[18] is not h.V or self.args[21] is not h.start:     # (the arena may have grown)
             self._set_args(ix, h)
 
     def _set_args(self, ix, h) -> None:
@@ -327,7 +325,7 @@ class KernelView:
             store = np.zeros(1, dtype=np.int64)
         self.args = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
                      self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
-                     self.hot_k, h.V, h.T, h.R, h.next, h.head, h.cV, h.cT, h.cR, h.cstart, h.cn)
+                     self.hot_k, h.V, h.T, h.R, h.start)
 
     def _garbage(self, ix) -> bool:
         if self.nc > 2 * self.live_cold + 4096:               # garbage of dropped zones: rebuild the CSR
