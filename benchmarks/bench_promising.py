@@ -77,22 +77,19 @@ with the 1-minute load average).  The table splits PT's seconds into rounds
 batches and shows ``pt_max%``: PT's output had all CPU left after its
 rounds gone to probing at its measured probe rate (nan: it never probed --
 its rounds alone took the whole allowance).  In this regime desc runs
-*direct rounds* (``PTJoin._tick_direct``: a planned round -- the pyramid
-descent of every arrival, the queue -- cost 3-8 ms, more than the whole CPU
-share, and PT produced 0 at every rate): each round ingests the heaviest
-join values the account can probe and probes each kept arrival over its
-whole window, heaviest first; a round the account cannot pay sheds its
-batch.  Its private index is lighter (:func:`wall_index_config`,
-``WALL_DEPTH``).  What still bounds it at 50 and 100 ms
-(measured, quiet machine): a direct round costs 1.2-1.5 ms whatever its
-size (two index ingests of ~0.3-0.5 ms each -- zone detection, sketch and
-pyramid updates, COLLAPSE, dozens of numpy calls -- plus the zone lists and
-the value heat), and covering 30 s takes at least 6 rounds of 5 s
-(``wall_defer``): >= 7 ms against a CPU share of ~3.9 ms at 50 ms and
-~1.65 ms at 100 ms (SIMPLE-SHJ needs ~6 us per arrival).  So at those rates
-PT can afford to ingest only 1-3 rounds out of 6, and pairs need both
-members ingested; a round would have to cost ~0.1 ms (12x less) for desc to
-be ahead at 100 ms.
+*direct rounds* (a planned round -- the pyramid descent of every arrival,
+the queue -- cost 3-8 ms, more than the whole CPU share).  On its private
+index a direct round (``PTJoin._tick_direct``, ``wall_hash=False``) cost
+1.2-1.5 ms whatever its size (two index ingests of 0.3-0.6 ms: zone
+detection, sketch and pyramid updates, COLLAPSE, dozens of numpy calls), and
+covering 30 s within the 5 s latency bound (``wall_defer``) takes >= 6
+rounds: >= 7 ms against a CPU share of ~3.9 ms at 50 ms and ~1.65 ms at
+100 ms, so desc produced 0 there.  Since the index's upkeep is what the
+share cannot pay, desc's direct rounds now run on a per-value hash of the
+window's arrivals instead (``PTJoin._tick_hash``,
+``sketchql.operators.promising.valuehash``, the default with a private
+index): ~0.07-0.1 ms per round at 100 ms, arrivals probed heaviest first by
+their exact number of stored partners (fixed/cpu 0.03-0.4 instead of 0.2-4.2).
 
 Selection (Figure 15a): besides % of output, the units per arrival each
 approach *needs* to answer all 100 queries (measured with an unlimited

@@ -1,8 +1,10 @@
 """Direct rounds of a wall-clock desc PT-Join (issue 16): when a round cannot
-pay for its planning, desc ingests the heaviest values and probes each kept
-arrival over its whole window, heaviest first.  Checked against the exact
-join (brute force); no timed assertions (round costs are pinned where the
-outcome depends on them)."""
+pay for its planning, desc keeps the heaviest values and probes each kept
+arrival over its whole window, heaviest first -- on its private index
+(``wall_hash=False``) or on a value hash (``wall_hash=True``, the default
+with a private index: :mod:`sketchql.operators.promising.valuehash`).
+Checked against the exact join (brute force); no timed assertions (round
+costs are pinned where the outcome depends on them)."""
 import numpy as np
 import pytest
 
@@ -10,15 +12,18 @@ from sketchql.approx import TimeBudget, evaluate_join, replay
 from sketchql.data import exact_join_pairs, generate_stores, interleave
 from sketchql.data.generator import Arrivals
 from sketchql.operators.promising import PTJoin
+from sketchql.operators.promising.join import _FIRST_WALL_BATCH
 
 
 def _key(a, b, n):
     return np.sort(np.asarray(a, np.int64) * n + np.asarray(b, np.int64))
 
 
-def test_direct_rounds_with_an_ample_account_return_exactly_the_exact_join():
+@pytest.mark.parametrize("wall_hash", [True, False])
+def test_direct_rounds_with_an_ample_account_return_exactly_the_exact_join(wall_hash):
     arr = interleave(generate_stores(2, duration=40.0, mean_interarrival=0.02, seed=5))
     q = PTJoin(window=15.0, preference="desc", seed=2, demand_shed=True)
+    q.wall_hash = wall_hash
     q.wall_rounds = 1e12          # planning never affordable: every round is direct
     replay(arr, {"q": q}, TimeBudget(fraction=50.0, wall_clock=True), tick_seconds=0.25)
     st = q.stats()
@@ -30,13 +35,15 @@ def test_direct_rounds_with_an_ample_account_return_exactly_the_exact_join():
     assert np.array_equal(_key(a, b, len(arr)), _key(ea, eb, len(arr)))   # window edges included
 
 
+@pytest.mark.parametrize("wall_hash", [True, False])
 @pytest.mark.parametrize("fraction", [0.0005, 0.001, 0.002])
-def test_direct_rounds_under_overload_give_an_exact_subset(fraction):
+def test_direct_rounds_under_overload_give_an_exact_subset(fraction, wall_hash):
     """How much is found depends on the machine (real time is charged); what
     is found is exact, without duplicates, and every arrival went through a
     round (ingested or shed)."""
     arr = interleave(generate_stores(2, duration=30.0, mean_interarrival=0.01, seed=3))
     q = PTJoin(window=20.0, preference="desc", seed=1, demand_shed=True)
+    q.wall_hash = wall_hash
     replay(arr, {"q": q}, TimeBudget(fraction=fraction, wall_clock=True), tick_seconds=0.25)
     st = q.stats()
     assert st["direct_rounds"] > 0
@@ -45,12 +52,14 @@ def test_direct_rounds_under_overload_give_an_exact_subset(fraction):
     assert r["invalid"] == 0 and r["duplicates"] == 0
 
 
-def test_a_round_the_account_cannot_pay_sheds_its_batch():
+@pytest.mark.parametrize("wall_hash", [True, False])
+def test_a_round_the_account_cannot_pay_sheds_its_batch(wall_hash):
     """Once a direct round's fixed part costs more than the account holds, the
     round sheds its arrivals (neither ingested nor probed) instead of running
     into debt; the direct round's cost is pinned."""
     arr = interleave(generate_stores(2, duration=12.0, mean_interarrival=0.02, seed=4))
     q = PTJoin(window=10.0, preference="desc", seed=1)
+    q.wall_hash = wall_hash
     q.set_wall_clock(True)
     q.wall_defer = 1.0
     bounds = np.unique(np.r_[np.searchsorted(arr.ts, np.arange(arr.ts[0], arr.ts[-1] + 0.25, 0.25)), len(arr)])
@@ -72,9 +81,7 @@ def test_a_round_the_account_cannot_pay_sheds_its_batch():
     assert r["invalid"] == 0 and r["duplicates"] == 0
 
 
-def test_direct_probes_go_heaviest_value_first():
-    """The first (uncalibrated) probe batch of a direct round holds the
-    arrivals of the value whose heat is highest."""
+def _hot_arrivals():
     rng = np.random.default_rng(0)
     n = 800
     item = np.where(rng.random(n) < 0.5, 7, rng.integers(100, 150, n))
@@ -83,8 +90,16 @@ def test_direct_probes_go_heaviest_value_first():
     arr = Arrivals(stream=stream, pos=np.arange(n, dtype=np.int64) // 2, seq=np.arange(n, dtype=np.int64),
                    store=stream.astype(np.int64), txn=np.arange(n, dtype=np.int64), ts=ts,
                    item=item.astype(np.int64), price=np.ones(n))
+    return arr, n
+
+
+def test_direct_probes_go_heaviest_value_first():
+    """The first (uncalibrated) probe batch of a direct round on the index
+    holds the arrivals of the value whose heat is highest."""
+    arr, n = _hot_arrivals()
     q = PTJoin(window=10.0, preference="desc", seed=1)
     q.set_wall_clock(True)
+    q.wall_hash = False
     probed = []
     for src in q.sources:
         orig = src.scan_many
@@ -100,3 +115,68 @@ def test_direct_probes_go_heaviest_value_first():
     r = evaluate_join(arr, 10.0, *q.pairs())
     assert r["invalid"] == 0 and r["duplicates"] == 0 and r["n_produced"] == r["n_exact"]
 
+
+
+def test_hash_rounds_probe_the_most_stored_partners_first():
+    """A hash round orders its probes by their exact number of stored partners:
+    the first (uncalibrated) batch holds arrivals of the hot value; with an
+    ample account the round returns the exact join, probing every arrival once."""
+    from sketchql.operators.promising.valuehash import ValueHash
+
+    arr, n = _hot_arrivals()
+    q = PTJoin(window=10.0, preference="desc", seed=1)
+    q.set_wall_clock(True)
+    assert q._hash_rounds()
+    probed = []
+    orig = ValueHash.match
+
+    def rec(self, val, x_rid, x_ts, lo, hi):
+        probed.append(np.asarray(x_rid).copy())
+        return orig(self, val, x_rid, x_ts, lo, hi)
+    ValueHash.match = rec
+    try:
+        q.tick(arr, np.full(n, 1.0))
+    finally:
+        ValueHash.match = orig
+    st = q.stats()
+    assert st["direct_rounds"] == 1 and st["direct_probed"] == n and st["direct_unprobed"] == 0
+    allp = np.concatenate(probed)                                 # in probe order, batch by batch
+    first = allp[:_FIRST_WALL_BATCH]                              # the first, uncalibrated batch
+    assert np.all(arr.item[first] == 7)
+    assert np.array_equal(np.sort(allp), np.arange(n))          # every arrival probed once
+    r = evaluate_join(arr, 10.0, *q.pairs())
+    assert r["invalid"] == 0 and r["duplicates"] == 0 and r["n_produced"] == r["n_exact"]
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_value_hash_matches_brute_force(wide):
+    """ValueHash.match against a brute-force scan of random stores (``wide``:
+    values beyond +-2^61, coded by a hash)."""
+    from sketchql.operators.promising.valuehash import ValueHash
+
+    rng = np.random.default_rng(3)
+    h = ValueHash(window=5.0)
+    big = np.int64(1) << np.int64(62) if wide else np.int64(0)
+    rows = []
+    rid = 0
+    t = 0.0
+    for rnd in range(6):   # rounds: expire, add both sides, probe the newest
+        k = int(rng.integers(1, 40))
+        ts = t + np.sort(rng.random(k)) * 2.0
+        t = float(ts[-1])
+        v = rng.integers(0, 6, k).astype(np.int64)
+        if wide and rnd >= 2:   # the store widens in the middle of the run
+            v = v + big
+        sd = rng.integers(0, 2, k)
+        rids = np.arange(rid, rid + k)
+        rid += k
+        h.expire(float(ts[0]) - 5.0)
+        h.add(v, sd, rids, ts)
+        rows.extend(zip(rids.tolist(), ts.tolist(), v.tolist(), sd.tolist()))
+        lo, hi = h.block(v, sd)
+        i, y_rid, y_ts = h.match(v, rids, ts, lo, hi)
+        got = sorted(zip(rids[i].tolist(), y_rid.tolist()))
+        want = sorted((x, y) for x, xt, xv, xs in zip(rids.tolist(), ts.tolist(), v.tolist(), sd.tolist())
+                      for y, yt, yv, ys in rows if ys != xs and yv == xv and y < x and xt - yt < 5.0)
+        assert got == want
+    assert h.wide == wide

@@ -58,6 +58,13 @@ cost, desc runs a direct round instead (:meth:`PTJoin._tick_direct`): it
 ingests the heaviest join values the account can probe (:mod:`.valueheat`),
 then probes each kept arrival over its whole window, heaviest first, and a
 round the account cannot pay sheds its batch.  The first round is direct.
+With a private index (``wall_hash``, the default) desc's wall-clock rounds
+are all direct and keep no index: the index's upkeep (0.3-0.6 ms of real
+time per ingest call) is what an overloaded share cannot pay, so the
+window's arrivals go to a per-value hash (:mod:`.valuehash`) and each round
+probes them heaviest first by their exact number of stored partners
+(:meth:`PTJoin._tick_hash`, ~0.1 ms per round).  An index shared with the
+engine is kept up anyway: there desc keeps the index's direct rounds.
 A :class:`PTJoinGroup` plans every query (its members run no direct rounds).
 
 Everything is charged: besides inserts, estimates, probes and compares, a
@@ -107,6 +114,7 @@ from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, dem
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 from .valueheat import ValueHeat
+from .valuehash import ValueHash
 
 _FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind", "size")
 #: most entries popped per batch, and the first wall-clock batch (before calibration)
@@ -203,6 +211,8 @@ class PTJoin(PairOutput):
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
         self._sec_direct = None     # wall clock: measured seconds of a direct round's fixed part (_tick_direct)
         self.wall_direct = True     # wall clock, desc: direct rounds when planning cannot pay (_use_direct)
+        self.wall_hash = True       # wall clock, desc, private index: direct rounds on a value hash (_tick_hash)
+        self._vhash = None          # hash rounds: the kept arrivals (.valuehash)
         self.wall_rounds_direct = 4.0   # wall clock: a direct round waits until the account covers this many
         self._dheat = None          # direct rounds' value heat when desc does not shed by demand
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
@@ -311,6 +321,8 @@ class PTJoin(PairOutput):
         regime); the very first round is direct (cheap, and it calibrates)."""
         if not (self.wall and self.wall_direct and self.preference == "desc"):
             return False
+        if self._hash_rounds():
+            return True
         c = self._sec_round
         if c is None:
             if self._sec_direct is None:
@@ -320,7 +332,11 @@ class PTJoin(PairOutput):
 
     def _note_round(self, seconds: float, direct: bool = False) -> None:
         if direct:
-            self._sec_direct = seconds if self._sec_direct is None else 0.8 * self._sec_direct + 0.2 * seconds
+            # a round measured over 3x the estimate is clipped to 3x: real time on a shared machine has
+            # one-sided spikes (preemption, a page fault), and one unclipped 5 ms spike in a share of
+            # ~2 ms made every later round wait or shed (a real change still passes, 3x per round)
+            c = self._sec_direct
+            self._sec_direct = seconds if c is None else 0.8 * c + 0.2 * min(seconds, 3.0 * c)
             self._stats["direct_rounds"] += 1
         else:
             self._sec_round = seconds if self._sec_round is None else 0.8 * self._sec_round + 0.2 * seconds
@@ -341,7 +357,10 @@ class PTJoin(PairOutput):
         if credit:
             self._credit(income)
         if self._use_direct():
-            self._tick_direct(batch, income)
+            if self._hash_rounds():
+                self._tick_hash(batch, income)
+            else:
+                self._tick_direct(batch, income)
             return
         clock = time.perf_counter
         t = t0 = clock() if self.wall else 0.0
@@ -500,6 +519,123 @@ class PTJoin(PairOutput):
         elif done == n:   # everything probed: idle time cannot be banked
             self._idle()
         self._note_debt()
+
+    def _hash_rounds(self) -> bool:
+        """Wall clock, desc: direct rounds run on a value hash (:meth:`_tick_hash`)
+        when ``wall_hash`` is on and the index is the query's own (an index
+        shared with the engine is kept up by the engine anyway)."""
+        return self.wall_hash and not any(hasattr(src, "bind") for src in self.sources)
+
+    def _tick_hash(self, batch, income: float) -> None:
+        """Wall clock, desc, private index: a direct round on a value hash
+        (:mod:`.valuehash`, module doc "Direct rounds").
+
+        The index's upkeep costs real time per ingest call (0.3-0.6 ms) that an
+        overloaded share cannot pay (the bench's 50 and 100 ms streams: 1.7-4 ms
+        of CPU for 30 s), so these rounds keep no index: every arrival of the
+        round is stored in the value hash (a merge, a few numpy calls; the
+        window's arrivals stay partners), then the arrivals probe the other
+        stream's rows of their value heaviest first, by their *exact* number
+        of stored partners ``hi - lo`` (rid order among equals) -- desc's
+        "most promising first" without estimates: a probe costs ``probe +
+        compare * (hi - lo)`` and yields up to ``hi - lo`` pairs, so this is
+        the greedy order of the cost model's knapsack -- in batches sized by
+        the account (``BatchTimer``); what it cannot cover stays unprobed (a
+        partner for later arrivals, ``direct_unprobed``).  An arrival is
+        probed at most once and a pair is found by its later member, so the
+        answer is an exact subset without duplicates, and the exact join when
+        the account covers everything.  A round that finds the account below
+        its measured fixed part sheds its batch (as :meth:`_tick_direct`).
+        Charged: the round's real seconds; counted in ``stats()``: one insert
+        per stored arrival, a probe per probed arrival, its compares."""
+        clock = time.perf_counter
+        t0 = clock()
+        st = self._stats
+        self.now = max(self.now, float(batch.ts[-1]))
+        if self._sec_direct is not None and self.account < self._sec_direct:
+            st["shed"] += len(batch)
+            self._sec_direct *= 0.8   # decays while no round runs (see _tick_direct)
+            self.account -= clock() - t0
+            self._note_debt()
+            return
+        if self._vhash is None:
+            self._vhash = ValueHash(self.window)
+        vh = self._vhash
+        w = self.window
+        self._t0 = max(self._t0, float(batch.ts[0]))
+        if math.isfinite(w):
+            vh.expire(self._t0 - w)
+        keys = np.asarray(getattr(batch, self.key), np.int64)
+        stream = batch.stream
+        is1 = stream == self.streams[1]
+        keep = is1 | (stream == self.streams[0])
+        rows = np.flatnonzero(keep)
+        n = rows.shape[0]
+        side = is1[rows].astype(np.int64)
+        x_rid, x_ts, val = batch.seq[rows].astype(np.int64, copy=False), batch.ts[rows], keys[rows]
+        vh.add(val, side, x_rid, x_ts)
+        self._charge(COSTS["insert"] * n, "insert_work")
+        st["tuples_in"] += n
+        # each kept arrival's block of partners in the store: its exact probe cost
+        lo, hi = vh.block(val, side)
+        est = COSTS["probe"] + COSTS["compare"] * (hi - lo)
+        if n:
+            o = np.lexsort((x_rid, lo - hi))   # heaviest first, rid order among equals
+            side, x_rid, x_ts, val, lo, hi, est = side[o], x_rid[o], x_ts[o], val[o], lo[o], hi[o], est[o]
+        t1 = clock()
+        self.account -= t1 - t0
+        self._note_round(t1 - t0, direct=True)
+        cum = np.cumsum(est)
+        done = 0
+        while done < n and self.account > 0:
+            ts0 = clock()
+            if self._timer.n >= 3:
+                need = self._timer.units(self.account)
+            else:
+                need = self.account / self._sec_per_unit if self._sec_per_unit else math.nan
+            base = float(cum[done - 1]) if done else 0.0
+            if need != need:   # not calibrated yet: a small first batch
+                take = min(n - done, _FIRST_WALL_BATCH)
+            else:
+                take = int(np.searchsorted(cum, base + need, "right")) - done
+                if take <= 0:
+                    take = 1
+                    st["max_forced"] = max(st["max_forced"], float(est[done]))
+            b = done + take
+            units = float(cum[b - 1]) - base
+            k, y_rid, y_ts = vh.match(val[done:b], x_rid[done:b], x_ts[done:b], lo[done:b], hi[done:b])
+            comps = int((hi[done:b] - lo[done:b]).sum())
+            self._charge(COSTS["probe"] * take + COSTS["compare"] * comps)
+            st["probes"] += take
+            st["compares"] += int(comps)
+            if k.shape[0]:
+                xr = k + done
+                self._emit_sided(x_rid[xr], x_ts[xr], side[xr], val[xr], y_rid, y_ts)
+            dt = clock() - ts0
+            self.account -= dt
+            st["probe_seconds"] += dt
+            st["max_batch_work"] = max(st["max_batch_work"], dt)
+            if units > 0:
+                self._timer.add(units, dt)
+                r = dt / units
+                self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+            done = b
+        st["direct_probed"] += done
+        st["direct_unprobed"] += n - done
+        if done == n:   # everything probed: idle time cannot be banked
+            self._idle()
+        self._note_debt()
+
+    def _emit_sided(self, x_rid, x_ts, side, val, y_rid, y_ts) -> None:
+        """Emit pairs found by their later member ``x`` (of stream ``side[k]``)."""
+        kk = y_rid.shape[0]
+        s0 = side == 0
+        out = self._out
+        out["a"].append(np.where(s0, x_rid, y_rid)); out["b"].append(np.where(s0, y_rid, x_rid))
+        out["ta"].append(np.where(s0, x_ts, y_ts)); out["tb"].append(np.where(s0, y_ts, x_ts))
+        out["val"].append(val)
+        out["at"].append(np.full(kk, self.now))
+        self._stats["outputs"] += kk
 
     def _emit_direct(self, x_rid, x_ts, side: int, val, y_rid, y_ts) -> None:
         """Emit the matches of direct probes (:meth:`_tick_direct`): only pairs

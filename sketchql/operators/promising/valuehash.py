@@ -1,0 +1,161 @@
+"""Per-value hash of the kept arrivals: the state of desc's *hash rounds*
+(wall-clock budget, private index; :meth:`.join.PTJoin._tick_hash`).
+
+Why: on a wall-clock budget the index's upkeep is real time -- zone
+detection, sketch and pyramid updates, COLLAPSE, dozens of numpy calls per
+ingest, 0.3-0.6 ms per call whatever its size -- and under overload (the
+bench's 50 and 100 ms streams get 1.7-4 ms of CPU for 30 s of data) the
+upkeep alone exceeds the whole CPU share, so desc produced nothing.  When the
+budget binds, desc's preference (the most output) is the classic
+output-maximizing load shedding of a window join (Das, Gehrke, Riedewald,
+SIGMOD 2003, "PROB": keep the tuples whose join value is frequent in the
+other stream): keep the heaviest join values, by :mod:`.valueheat`, and
+join exactly those.  For that an exact per-value hash is all the state
+needed -- the summaries' job (which values are heavy) is done by the heat --
+and it costs a handful of vectorized numpy calls per round, ~0.1 ms.
+
+State: one array of the kept arrivals ``(code, rid, ts)`` in ``(code,
+rid)`` order, ``code = 2 v + side`` for the join value ``v`` (so a value's
+rows of each stream are one contiguous block); rows arrive in rid order, so
+new rows sorted by code (stable) and merged in after the stored rows of
+their code keep the order.  Values beyond
+``+-2^61`` are coded by a hash instead (``wide``), and a match then also
+checks the stored value.  Expiry drops the rows with ``ts <= horizon``.
+
+Probe of an arrival ``x`` (side ``s``, value ``v``, ``x.rid``, ``x.ts``):
+the block ``[lo, hi)`` of code ``2 v + (1 - s)`` (two ``searchsorted`` for
+all probes at once), then the pairs ``y`` of the block with ``y.rid <
+x.rid`` (found by the *later* member, as everywhere in PT-Join: no
+duplicates) and ``y.ts > x.ts - w`` (the window; ``|x.ts - y.ts| < w``
+since ``y`` is not later).  Its cost is known before the scan: ``probe +
+compare * (hi - lo)`` work units, so desc can order the probes by their
+exact stored partner counts (heaviest first) and stop where the account
+ends.  Every pair produced is an exact join pair; with every value kept and
+every arrival probed the answer is the exact join.
+
+>>> h = ValueHash(window=10.0)
+>>> h.add(np.array([5, 7, 5, 5, 9]), np.array([0, 0, 0, 1, 1]), np.array([0, 1, 2, 3, 4]),
+...       np.array([0.0, 1.0, 2.0, 3.0, 4.0]))
+>>> lo, hi = h.block(np.array([5, 9]), np.array([1, 1]))   # side 1's arrivals probe side 0's rows
+>>> (hi - lo).tolist()
+[2, 0]
+>>> i, y_rid, y_ts = h.match(np.array([5, 9]), np.array([3, 4]), np.array([3.0, 4.0]), lo, hi)
+>>> i.tolist(), y_rid.tolist()
+([0, 0], [0, 2])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+_LIM = 1 << 61
+
+
+class ValueHash:
+    """Kept arrivals of the two sides in ``(2 value + side, rid)`` order
+    (module doc).  ``window`` seconds (``inf``: whole stream).  Rows are
+    added in rid order (arrival order, non-decreasing ``ts``)."""
+
+    def __init__(self, window: float):
+        self.window = float(window)
+        self.code = np.zeros(0, np.int64)
+        self.val = np.zeros(0, np.int64)
+        self.rid = np.zeros(0, np.int64)
+        self.ts = np.zeros(0, np.float64)
+        self.wide = False              # some value beyond +-2^61: codes are hashed, matches check the value
+        self._t_min = np.inf           # oldest stored ts (expiry is skipped below it)
+
+    def __len__(self) -> int:
+        return int(self.code.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.code.nbytes + self.val.nbytes + self.rid.nbytes + self.ts.nbytes)
+
+    def codes(self, val, side) -> np.ndarray:
+        """``2 v + side`` (or, once ``wide``, a hash of ``v`` in place of ``v``)."""
+        val = np.asarray(val, np.int64)
+        if not self.wide and val.shape[0] and (int(val.max()) >= _LIM or int(val.min()) < -_LIM):
+            self._widen()
+        if self.wide:
+            val = _fold(val)
+        return val * 2 + np.asarray(side, np.int64)
+
+    def _widen(self) -> None:
+        self.wide = True
+        if self.code.shape[0]:
+            self.code = _fold(self.val) * 2 + (self.code & 1)
+            o = np.argsort(self.code, kind="stable")
+            self.code, self.val, self.rid, self.ts = self.code[o], self.val[o], self.rid[o], self.ts[o]
+
+    def expire(self, horizon: float) -> int:
+        """Drop the rows with ``ts <= horizon`` (partners of no later arrival);
+        returns how many were dropped."""
+        if self._t_min > horizon:
+            return 0
+        keep = self.ts > horizon
+        gone = int(keep.shape[0] - keep.sum())
+        self.code, self.val, self.rid, self.ts = self.code[keep], self.val[keep], self.rid[keep], self.ts[keep]
+        self._t_min = float(self.ts.min()) if self.ts.shape[0] else np.inf
+        return gone
+
+    def add(self, val, side, rid, ts) -> None:
+        """Store rows (given in rid order, all later than the stored ones):
+        the new rows sorted by code (stable) are merged in after the stored
+        rows of their code -- one ``searchsorted`` and a scatter per column."""
+        val = np.asarray(val, np.int64)
+        m = val.shape[0]
+        if not m:
+            return
+        c = self.codes(val, side)
+        o = np.argsort(c, kind="stable")
+        c = c[o]
+        n = self.code.shape[0]
+        at = np.searchsorted(self.code, c, "right") + np.arange(m)   # output slots of the new rows
+        old = np.ones(n + m, bool)
+        old[at] = False
+        cols = []
+        for cur, new, dt in ((self.code, c, np.int64), (self.val, val[o], np.int64),
+                             (self.rid, np.asarray(rid, np.int64)[o], np.int64),
+                             (self.ts, np.asarray(ts, np.float64)[o], np.float64)):
+            out = np.empty(n + m, dt)
+            out[at] = new
+            out[old] = cur
+            cols.append(out)
+        self.code, self.val, self.rid, self.ts = cols
+        self._t_min = min(self._t_min, float(np.asarray(ts, np.float64)[0]))
+
+    def block(self, val, side):
+        """``(lo, hi)``: the stored rows of value ``val[k]`` on the *other*
+        side than ``side[k]`` (the partners of an arrival of ``side``)."""
+        c = self.codes(val, 1 - np.asarray(side, np.int64))
+        return np.searchsorted(self.code, c, "left"), np.searchsorted(self.code, c, "right")
+
+    def match(self, val, x_rid, x_ts, lo, hi):
+        """Pairs of probes ``k`` (value ``val[k]``, rid ``x_rid[k]``, time
+        ``x_ts[k]``, block ``[lo[k], hi[k])``): ``(k, y_rid, y_ts)`` for the
+        stored ``y`` of the block with ``y.rid < x.rid`` and ``y.ts > x.ts -
+        w``, sorted by ``k`` (within ``k`` in rid order).  Compares:
+        ``sum(hi - lo)``."""
+        cnt = (hi - lo).astype(np.int64, copy=False)
+        tot = int(cnt.sum())
+        if tot == 0:
+            e = np.zeros(0, np.int64)
+            return e, e, np.zeros(0, np.float64)
+        k = np.repeat(np.arange(cnt.shape[0]), cnt)
+        start = np.cumsum(cnt) - cnt
+        pos = np.arange(tot) - (start - lo)[k]
+        y_rid = self.rid[pos]
+        y_ts = self.ts[pos]
+        ok = (y_rid < np.asarray(x_rid, np.int64)[k]) & (y_ts > np.asarray(x_ts, np.float64)[k] - self.window)
+        if self.wide:
+            ok &= self.val[pos] == np.asarray(val, np.int64)[k]
+        return k[ok], y_rid[ok], y_ts[ok]
+
+
+def _fold(val: np.ndarray) -> np.ndarray:
+    """A value in ``[-2^61, 2^61)`` per int64 value (a hash: collisions are
+    told apart by the stored value)."""
+    from ...summaries.hashing import hash64
+
+    return (hash64(val, 0x5EED, "pt value hash") >> np.uint64(3)).astype(np.int64) - _LIM
