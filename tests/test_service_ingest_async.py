@@ -217,11 +217,11 @@ def test_an_apply_error_is_reported_loudly_and_the_next_batches_apply(caplog):
         real = st.engine.push
         calls = []
 
-        def flaky(name, cols):
-            calls.append(len(cols["k"]))
+        def flaky(name, cols, **kw):
+            calls.append(len(cols))
             if len(calls) == 2:
                 raise RuntimeError("simulated engine bug")
-            return real(name, cols)
+            return real(name, cols, **kw)
 
         st.engine.push = flaky
         with caplog.at_level(logging.ERROR, logger="sketchql.service"):

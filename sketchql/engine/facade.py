@@ -353,8 +353,12 @@ class Engine:
         h = self.stream(name)
         return h._slack is not None or h._knobs.get("slack", 0.0) > 0
 
-    def push(self, name: str, batch) -> None:
-        """Append a batch to a stream (or a table); validates it fully before accepting anything."""
+    def push(self, name: str, batch, validated: bool = False) -> None:
+        """Append a batch to a stream (or a table); validates it fully before accepting anything.
+
+        ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
+        against the clock the stream has now (the service validates at admission, then pushes from its
+        apply thread): it is not validated again."""
         key = str(name).lower()
         if key in self._tables:
             b = self.validate(name, batch)
@@ -372,7 +376,7 @@ class Engine:
                 f"unknown stream or table {name!r} (streams: {[s.name for s in self._streams.values()]}, "
                 f"tables: {[t.name for t in self.catalog.tables]})")
         try:
-            b = self.validate(name, batch)
+            b = batch if validated and isinstance(batch, Batch) else self.validate(name, batch)
         except SketchQLError:
             h.rejected_batches += 1
             raise

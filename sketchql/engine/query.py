@@ -317,6 +317,8 @@ class Query:
         view rows that were evicted before they could be polled.
         """
         out = PollResult()
+        if self._consumed == self._total and not self._unreported and self.view != "rstream":
+            return out                      # nothing new (the service polls every query after each batch)
         if self.view == "rstream":          # the relation at each instant since the last poll
             r = self._rstream(self._rs_polled)
             if len(r):

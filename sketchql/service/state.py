@@ -350,7 +350,10 @@ class ServiceState:
         if h is not None and len(b):
             clock = max(clock, float(b.ts[-1]))
             self._admit_clock[key] = (h, clock)
-        number = self.applier.put(_Admitted(schema.name, columns, n, seq))
+        # a stream's batch is queued as validated here (the apply thread does not check it again: the
+        # clock it was judged against is the one the stream will have; heartbeats, DDL and knob changes
+        # apply the queue first); a table's columns are validated by the push
+        number = self.applier.put(_Admitted(schema.name, b if h is not None else columns, n, seq, h is not None))
         out = {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
                "seq": seq, "apply_number": number}
         if producer is not None:
@@ -372,7 +375,7 @@ class ServiceState:
 
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
-        self.engine.push(item.stream, item.columns)
+        self.engine.push(item.stream, item.columns, validated=item.validated)
         self._collect_all()
 
     def _apply_failed(self, item, exc) -> None:
@@ -957,10 +960,10 @@ class ServiceState:
 
 class _Admitted:
     """One admitted batch waiting for the apply thread."""
-    __slots__ = ("stream", "columns", "n", "seq")
+    __slots__ = ("stream", "columns", "n", "seq", "validated")
 
-    def __init__(self, stream, columns, n, seq):
-        self.stream, self.columns, self.n, self.seq = stream, columns, n, seq
+    def __init__(self, stream, columns, n, seq, validated=False):
+        self.stream, self.columns, self.n, self.seq, self.validated = stream, columns, n, seq, validated
 
     def describe(self) -> str:
         return f"stream {self.stream}, {self.n} rows, log seq {self.seq}"
