@@ -45,7 +45,10 @@ def test_aging_arguments():
         q.push({"i": np.arange(2)}, np.ones(2), np.ones(2), np.arange(2))
     with pytest.raises(SketchQLError):
         PTJoin(window=10.0, aging=math.inf)
-    assert PTJoin(window=10.0, preference="desc", fade=0.8).aging == pytest.approx(-math.log(0.8) / 10.0)
+    # desc: alpha per DESC_AGING_SPAN (0.25 s) -- fresh entries are cheaper to probe -- or per T1 if shorter
+    assert PTJoin(window=10.0, preference="desc", fade=0.8).aging == pytest.approx(-math.log(0.8) / 0.25)
+    assert PTJoin(window=10.0, preference="desc", fade=0.8, source="mini",
+                  source_options={"t1": 0.1}).aging == pytest.approx(-math.log(0.8) / 0.1)
     assert PTJoin(window=10.0, preference="asc", fade=0.5, source="mini",
                   source_options={"t1": 4.0}).aging == pytest.approx(math.log(2) / 4.0)
     assert PTJoin(window=10.0, preference="weighted").aging == 0.0
