@@ -88,8 +88,12 @@ rounds: >= 7 ms against a CPU share of ~3.9 ms at 50 ms and ~1.65 ms at
 share cannot pay, desc's direct rounds now run on a per-value hash of the
 window's arrivals instead (``PTJoin._tick_hash``,
 ``sketchql.operators.promising.valuehash``, the default with a private
-index): ~0.07-0.1 ms per round at 100 ms, arrivals probed heaviest first by
-their exact number of stored partners (fixed/cpu 0.03-0.4 instead of 0.2-4.2).
+index): ~0.07-0.14 ms per round, arrivals probed heaviest first by their
+exact number of stored partners, the pairs of a probe batch written by one
+compiled pass (fixed/cpu 0.03-0.4 instead of 0.2-4.2; desc then reaches
+95-100 % of the join at every rate where SIMPLE-SHJ gets 35-50 %).  The
+private index of ``wall_index_config`` is then not fed (``wall_hash=False``
+runs the direct rounds on it).
 
 Selection (Figure 15a): besides % of output, the units per arrival each
 approach *needs* to answer all 100 queries (measured with an unlimited
