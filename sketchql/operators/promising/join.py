@@ -125,7 +125,7 @@ from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
 from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, demand_fraction, ingest_fraction,
-                        keep_mask, plan_count, plan_rows, time_chunks, BatchTimer)
+                        keep_mask, plan_count, plan_rows, retained_history, time_chunks, BatchTimer)
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 from .valueheat import ValueHeat
@@ -587,6 +587,10 @@ class PTJoin(PairOutput):
         self._t0 = max(self._t0, float(batch.ts[0]))
         if math.isfinite(w):
             vh.expire(self._t0 - w)
+        else:   # whole stream: the history the index would keep (its memory bound, admission.retained_history)
+            hist = min(retained_history(src) for src in self.sources)
+            if math.isfinite(hist):
+                vh.expire(self._t0 - hist)
         keys = np.asarray(getattr(batch, self.key), np.int64)
         stream = batch.stream
         is1 = stream == self.streams[1]
