@@ -161,45 +161,9 @@ def _median5(a, b, c, d, e):
     return min(a, d)                                   # the smallest of a <= b and d
 
 
-@numba.njit(cache=True)
-def _key_groups(keys, gid):
-    """``gid[p]`` = the group of probe p's key, groups numbered in order of first appearance; two keys
-    are in one group iff their 64 bits are equal (so they also hash alike).  Open addressing on
-    ``_mix`` of the bits, table >= 2P slots: O(P).  Returns the number of groups."""
-    P = keys.shape[0]
-    kb = keys.view(np.uint64)
-    cap = 16
-    while cap < 2 * P:
-        cap <<= 1
-    msk = np.uint64(cap - 1)
-    slot = np.full(cap, -1, dtype=np.int64)
-    gk = np.empty(P, dtype=np.uint64)
-    ng = 0
-    for p in range(P):
-        x = kb[p]
-        h = _mix(x) & msk
-        while True:
-            sl = slot[h]
-            if sl < 0:
-                slot[h] = ng
-                gk[ng] = x
-                gid[p] = ng
-                ng += 1
-                break
-            if gk[sl] == x:
-                gid[p] = sl
-                break
-            h = (h + np.uint64(1)) & msk
-    return ng
-
-
-#: above this many (node, key group) pairs the probe kernel does not memoize per key (memory)
-MEMO_MAX = 1 << 22
-
-
 @numba.njit(cache=True, nogil=True)
 def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, pos):
+                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
     order, each cell's tuples with the probe's value and ``t_from < ts <= t_to`` appended to the match
     arrays (beyond their length only counted); returns the number of matches.  A cold cell is
@@ -209,25 +173,9 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
     Indexes whose sign the compiler cannot prove (cell starts, probe rows read from arrays) are
     unsigned: numba wraps a signed index that may be negative (a compare and select per access, and
     the extra live values spill registers), which made this loop ~2x slower per tuple.
-
-    Probes of one key (``gid``, ``ng`` groups; ``ng = 0``: no grouping) share their cell scans: the
-    first region of (node, key group) compares the cell's values with the key once and keeps the
-    positions of the equal ones in ``pos`` (offsets from the cell start, int32; while it has room);
-    every region of that pair then only checks the window on those positions.  The value compares
-    of a cell (the mispredicted branch: ~1/4 of a cell's tuples have another value) are made once
-    per distinct key instead of once per probe; same matches, same order (positions are in cell
-    order).
     """
     cap_m = mp.shape[0]
     nm = 0
-    cap_p = pos.shape[0] if ng > 0 else 0
-    npos = 0
-    if cap_p > 0:
-        mstart = np.full((clen.shape[0] // B) * ng, -1, dtype=np.int64)
-        mlen = np.empty(mstart.shape[0], dtype=np.int64)
-    else:
-        mstart = np.full(0, -1, dtype=np.int64)
-        mlen = np.empty(0, dtype=np.int64)
     for r in range(nr):
         p = rp[r]
         up = np.uint64(p)
@@ -248,47 +196,6 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
             T_ = Tc
             R_ = Rc
             s = cstart[np.uint64(c)]
-        if cap_p > 0:
-            mi = np.uint64(k * ng + gid[up])
-            ps = mstart[mi]
-            if ps < 0 and npos + n <= cap_p:          # first region of (node, key): scan the cell once
-                ps = npos
-                u = np.uint64(npos)
-                for j in range(np.uint64(0), np.uint64(n)):
-                    if V_[np.uint64(s) + j] == key:
-                        pos[u] = np.int32(j)
-                        u += np.uint64(1)
-                npos = np.int64(u)
-                mstart[mi] = ps
-                mlen[mi] = npos - ps
-            if ps >= 0:
-                ln = mlen[mi]
-                if nm + ln <= cap_m:
-                    u = np.uint64(nm)
-                    for q in range(np.uint64(ps), np.uint64(ps + ln)):
-                        j = np.uint64(s) + np.uint64(pos[q])
-                        t = T_[j]
-                        if t > a and t <= e:
-                            mp[u] = p
-                            mreg[u] = r
-                            mv[u] = V_[j]
-                            mt[u] = t
-                            mr[u] = R_[j]
-                            u += np.uint64(1)
-                    nm = np.int64(u)
-                else:
-                    for q in range(ps, ps + ln):
-                        j = s + pos[q]
-                        t = T_[j]
-                        if t > a and t <= e:
-                            if nm < cap_m:
-                                mp[nm] = p
-                                mreg[nm] = r
-                                mv[nm] = V_[j]
-                                mt[nm] = t
-                                mr[nm] = R_[j]
-                            nm += 1
-                continue
         if nm + n <= cap_m:
             u = np.uint64(nm)
             for j in range(np.uint64(s), np.uint64(s + n)):
@@ -321,7 +228,7 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
                 Vc, Tc, Rc, hot_k, HV, HT, HR, hstart,
-                rp, rk, rest, mp, mreg, mv, mt, mr, pos):
+                rp, rk, rest, mp, mreg, mv, mt, mr):
     """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
 
     Node k's table is ``store[k]`` (all store nodes, empty ones with an empty
@@ -348,12 +255,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     shift, logw, mult_0 .. mult_{d-1}]``: then ``bucket``/``idx``/``sgn``
     (buffers of at least P columns) are first filled from the key codes
     ``keys.view(uint64)`` as :func:`hash_cells` does.
-
-    Probes of one key share their work (:func:`_key_groups`: groups of equal 64-bit keys, which
-    hash alike): a node's estimate and pass/fail for a key is computed by its first probe and
-    reused by the others (``visited`` still counts one estimate per (probe, node) evaluated, as
-    the reference does), and the matching shares the cells' value compares (``pos``: int32
-    scratch, see :func:`_match_regions`).  Skipped when N x groups > ``MEMO_MAX``.
     """
     P = keys.shape[0]
     N = lo.shape[0]
@@ -364,12 +265,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
-    gid = np.zeros(P, dtype=np.int64)
-    ng = _key_groups(keys, gid)
-    if N * ng > MEMO_MAX:
-        ng = 0
-    memo = np.zeros(N * ng if sketch else 0, dtype=np.int8)      # 0: not yet, 1: passed, 2: pruned
-    mest = np.empty(memo.shape[0], dtype=np.float64)
     nr = 0
     nm = 0
     visited = 0
@@ -383,7 +278,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
             e = tt[p]
             b = bucket[p]
             ub = np.uint64(b)
-            gp = gid[p]
             for k in range(g1 - 1, g0 - 1, -1):
                 uk = np.uint64(k)
                 ok = hi[uk] > a and lo[uk] <= e
@@ -397,13 +291,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 if not sketch:
                     passed[uk] = True
                     continue
-                if ng > 0:
-                    mi = np.uint64(k * ng + gp)
-                    st = memo[mi]
-                    if st != 0:                 # this key's estimate at this node: already known
-                        est[uk] = mest[mi]
-                        passed[uk] = st == 1
-                        continue
                 o = np.uint64(k * bdw + b * dw)
                 if d == 5:                      # branchless median of 5 (the default d)
                     m = np.float64(_median5(store[o + np.uint64(idx[0, p])] * sgn[0, p],
@@ -423,9 +310,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 if thr < min_est:
                     thr = min_est
                 passed[uk] = m >= thr
-                if ng > 0:
-                    mest[mi] = m
-                    memo[mi] = 1 if m >= thr else 2
             for k in range(g0, g1):
                 uk = np.uint64(k)
                 if not (leaf[uk] and passed[uk]):
@@ -438,7 +322,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 nr += 1
     if nr <= cap_r:
         nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, pos)
+                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr)
     return nr, nm, visited, flat, work
 
 
@@ -598,15 +482,14 @@ class ProbeBuffers:
         return arrs
 
     def alloc(self, regions: int, matches: int) -> None:
-        """(Re)allocate: region arrays, and the five match arrays (and the int32 ``pos`` scratch of
-        :func:`_match_regions`) as views of *one* block
+        """(Re)allocate: region arrays, and the five match arrays as views of *one* block
         (:func:`_block`: a large one starts on a 2 MiB boundary so the kernel's first writes fault
         it in huge pages)."""
         self.rp = np.empty(regions, dtype=np.int64)
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
         fields = (("mp", np.dtype(np.int64)), ("mreg", np.dtype(np.int64)), ("mv", self.vdtype),
-                  ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)), ("pos", np.dtype(np.int32)))
+                  ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
         # are powers of two, and streams written in lockstep at addresses equal modulo a large power
         # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output
@@ -619,7 +502,7 @@ class ProbeBuffers:
             o += sz
         self._owner = blk if blk.base is None else blk.base                   # what every view refers to
         del blk
-        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr, self.pos)
+        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr)
         self._refs = self._refcounts()
 
     @property
