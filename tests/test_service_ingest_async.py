@@ -323,8 +323,11 @@ def test_http_backpressure_waits_for_room_without_blocking_the_server():
         assert post(0).status_code == 200
         gate.entered.wait(10)                     # batch 0 is being applied (held)
         k = st.applier.max_pending
-        queued = [_posting(lambda i=i: post(i)) for i in range(1, k + 1)]
-        _until(lambda: st.applier.pending == k)   # the queue holds k (answered once batch 0 is applied)
+        queued = []
+        for i in range(1, k + 1):                 # one at a time: untagged batches are admitted on arrival
+            queued.append(_posting(lambda i=i: post(i)))
+            _until(lambda i=i: st.applier.pending == i)
+        # the queue holds k (answered once batch 0 is applied)
         last = _posting(lambda: post(k + 1))
         import time
         time.sleep(0.5)

@@ -71,7 +71,7 @@ class ServiceState:
     """
 
     def __init__(self, engine=None, limits: Limits | None = None, seed: int = 0, store=None, auth=None,
-                 max_pending: int = 1):
+                 max_pending: int = 2):
         if engine is None:
             from ..engine import Engine
             engine = Engine(seed=seed)
