@@ -75,6 +75,8 @@ class ApplyQueue:
         self.errors: deque = deque(maxlen=keep_errors)
         self.error_count = 0
         self.busy_s = 0.0                   # time spent applying (engine lock held)
+        self.busy_cpu_s = 0.0               # the apply thread's CPU time in it (busy_s minus waits for
+                                            # the GIL or a core)
         self.last_active = time.monotonic()  # when an item was last put or applied (see idle_for)
         self._thread = None
         self._closing = False
@@ -130,7 +132,7 @@ class ApplyQueue:
             n += 1
 
     def _run(self, item) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             self._apply(item)
         except BaseException as exc:          # noqa: BLE001 -- reported, never lost
@@ -144,6 +146,7 @@ class ApplyQueue:
                 except Exception:             # pragma: no cover -- the error is logged above anyway
                     log.exception("sketchql: apply error callback failed")
         self.busy_s += time.perf_counter() - t0
+        self.busy_cpu_s += time.thread_time() - c0
         with self._cv:
             self.applied += 1
             self.last_active = time.monotonic()
@@ -220,6 +223,7 @@ class ApplyQueue:
         with self._cv:
             return {"pending": len(self._items), "max_pending": self.max_pending, "admitted": self.admitted,
                     "acknowledged": self.acked, "applied": self.applied, "errors": self.error_count, "busy_s": round(self.busy_s, 6),
+                    "busy_cpu_s": round(self.busy_cpu_s, 6),
                     "admissions_waited": dict(self.busy),
                     "last_errors": list(self.errors)[-5:]}
 
