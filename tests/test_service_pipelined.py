@@ -66,6 +66,8 @@ def test_out_of_order_arrivals_are_admitted_in_sequence_order_and_retries_are_no
         assert sorted(r[0] for r in both.values()) == [200, 200]
         assert sorted(bool(r[1].get("duplicate")) for r in both.values()) == [False, True]
         assert srv.client.get("/streams/S").json()["stats"]["tuples_in"] == 5 * 300
+        prod = srv.client.get("/health").json()["producers"]
+        assert prod["producers"] == 1 and prod["duplicates"] == 2
         # producers are independent; a new one starts at 0
         r = srv.client.post("/streams/S/batches", content=arrow_body(make_batches(6, 300, seed=3)[5]),
                             headers=_headers("other", 0))

@@ -405,7 +405,8 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         out = {"status": "ok", "version": _VERSION, "streams": len(state.engine.catalog.streams),
                "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
                "durable": store is not None, "recovery": state.recovery,
-               "checkpoint_error": checkpointer.error, "apply": state.applier.status()}
+               "checkpoint_error": checkpointer.error, "apply": state.applier.status(),
+               "producers": state.producers.status()}
         if state.applier.error_count:          # an acknowledged batch the engine failed to apply
             out["status"] = "degraded"
         if feeder is not None:
