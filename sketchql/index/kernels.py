@@ -79,12 +79,25 @@ import os
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 ENABLED = os.environ.get("SKETCHQL_NO_NUMBA", "") in ("", "0")
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def _exact(a):
+    """Compile-time: whether values of array ``a`` equal under ``==`` are the same value (integers; not
+    floats: 0.0 == -0.0).  Then a match's value is the probe key and is written as a fill."""
+
+
+@overload(_exact)
+def _exact_impl(a):
+    r = isinstance(a.dtype, types.Integer)
+    return lambda a: r
 
 
 @numba.njit(cache=True, inline="always")
@@ -172,7 +185,10 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
 
     Indexes whose sign the compiler cannot prove (cell starts, probe rows read from arrays) are
     unsigned: numba wraps a signed index that may be negative (a compare and select per access, and
-    the extra live values spill registers), which made this loop ~2x slower per tuple.
+    the extra live values spill registers), which made this loop ~2x slower per tuple.  The scan
+    loop writes only the per-tuple columns (ts, row id; the value too for float values, where
+    ``==`` does not make the bits equal); the region's constant columns (probe, region row, and
+    the value = the key for integers) are filled after it, in loops the compiler vectorizes.
     """
     cap_m = mp.shape[0]
     nm = 0
@@ -197,17 +213,24 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
             R_ = Rc
             s = cstart[np.uint64(c)]
         if nm + n <= cap_m:
-            u = np.uint64(nm)
+            u0 = np.uint64(nm)
+            u = u0
             for j in range(np.uint64(s), np.uint64(s + n)):
                 if V_[j] == key:
                     t = T_[j]
                     if t > a and t <= e:
-                        mp[u] = p
-                        mreg[u] = r
-                        mv[u] = V_[j]
+                        if not _exact(V_):
+                            mv[u] = V_[j]
                         mt[u] = t
                         mr[u] = R_[j]
                         u += np.uint64(1)
+            for q in range(u0, u):            # the region's constant columns: vectorized fills
+                mp[q] = p
+            for q in range(u0, u):
+                mreg[q] = r
+            if _exact(V_):
+                for q in range(u0, u):
+                    mv[q] = key
             nm = np.int64(u)
         else:
             for j in range(s, s + n):
@@ -404,7 +427,9 @@ def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
     sizes).  :func:`scan_window` is the same kernel with row ids =
     positions.  Indexed unsigned as :func:`_match_regions` (numba's
     wrap-around of signed indexes made this loop ~2x slower: T1 scan t_hit
-    at ~6,000 tuples per window 41 -> 19 ns per output, CPU time).
+    at ~6,000 tuples per window 41 -> 19 ns per output, CPU time).  Constant columns (the
+    probe; the value = the key for integers) are filled after each probe's scan, as in
+    :func:`_match_regions`.
     """
     P = keys.shape[0]
     cap = mp.shape[0]
@@ -417,14 +442,20 @@ def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
         if e > a:
             work += e - a
         if nm + (e - a) <= cap:               # room for every tuple: unsigned indexes, no capacity test
-            u = np.uint64(nm)
+            u0 = np.uint64(nm)
+            u = u0
             for j in range(np.uint64(a), np.uint64(e)):
                 if V[j] == key:
-                    mp[u] = p
-                    mv[u] = V[j]
+                    if not _exact(V):
+                        mv[u] = V[j]
                     mt[u] = T[j]
                     mr[u] = R[j]
                     u += np.uint64(1)
+            for q in range(u0, u):            # the probe's constant columns: vectorized fills
+                mp[q] = p
+            if _exact(V):
+                for q in range(u0, u):
+                    mv[q] = key
             nm = np.int64(u)
         else:
             for j in range(a, e):
