@@ -227,3 +227,40 @@ def test_hash_rounds_of_a_whole_stream_join_keep_the_index_history_only():
     a, b = q.pairs()
     ea, eb = exact_join_pairs(arr, hist)   # every pair within the history is found
     assert np.isin(_key(ea, eb, len(arr)), _key(a, b, len(arr))).all()
+
+
+def test_wall_clock_charges_the_whole_tick():
+    """On a wall clock each operator is charged all the real time of its ``tick``
+    calls (and of ``finish``'s last round): PT-Join's rounds, probe batches and sheds plus the rest (waiting
+    bookkeeping, joining the waiting batches: ``overhead_seconds``), SIMPLE-SHJ's
+    processed arrivals plus the rest (``overhead_seconds``).  Loose bounds: the
+    timer around each call also times its own few statements."""
+    import time
+
+    from sketchql.operators.promising import SimpleSHJ
+
+    arr = interleave(generate_stores(2, duration=20.0, mean_interarrival=0.05, seed=6))
+    ops = {"pt": PTJoin(window=10.0, preference="desc", seed=1), "shj": SimpleSHJ(window=10.0, max_backlog=1e-4)}
+    spent = {k: 0.0 for k in ops}
+    for k, op in ops.items():
+        orig = op.tick
+
+        def rec(batch, allowance, _o=orig, _k=k):
+            t = time.perf_counter()
+            _o(batch, allowance)
+            spent[_k] += time.perf_counter() - t
+        op.tick = rec
+        fin = op.finish                     # finish() runs the waiting arrivals' last round
+
+        def rec_fin(_o=fin, _k=k):
+            t = time.perf_counter()
+            _o()
+            spent[_k] += time.perf_counter() - t
+        op.finish = rec_fin
+    replay(arr, ops, TimeBudget(fraction=0.0005, wall_clock=True), tick_seconds=0.25)
+    pt, shj = ops["pt"].stats(), ops["shj"].stats()
+    pt_charged = pt["round_seconds"] + pt["probe_seconds"] + pt["shed_seconds"] + pt["overhead_seconds"]
+    shj_charged = shj["charged_seconds"] + shj["overhead_seconds"]
+    assert pt["overhead_seconds"] > 0 and shj["overhead_seconds"] > 0
+    for charged, real in ((pt_charged, spent["pt"]), (shj_charged, spent["shj"])):
+        assert 0.5 * real <= charged <= real * 1.0001
