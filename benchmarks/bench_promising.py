@@ -59,8 +59,13 @@ weighted and asc share one.
 Wall clock (on by default, ``--no-wall`` skips it; one-minute window): the
 same join with ``TimeBudget(fraction=f, wall_clock=True)`` -- every arrival
 brings ``f * gap`` seconds of real time and each operator is charged the
-time it actually spends (after the unit-budget join figures, which have
-compiled the index's kernels).  The regime is an *overload*, derived in the
+time it actually spends: all the real time of its ``tick`` calls (SIMPLE-SHJ
+per processed arrival plus the rest of the call -- the columns as lists, the
+loop over dropped arrivals --; PT per round and probe batch plus the rest --
+the arrivals waiting for a round, ~5 us per tick --; both
+``stats()["overhead_seconds"]``; before, the rest was not charged, and at
+100 ms PT's alone was as much as its whole share) (after the unit-budget join
+figures, which have compiled the index's kernels).  The regime is an *overload*, derived in the
 same run: at each rate SIMPLE-SHJ is first replayed with an unlimited budget
 on the same stream and its real CPU time ``C`` measured (``shj_need_s``);
 both operators then get ``f = rho * C / span`` (span = the stream's event
