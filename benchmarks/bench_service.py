@@ -28,7 +28,11 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    overlapped, one batch costs at least one commit plus the request's round
    trip (~1 ms), whatever the engine does; the pipelined client's next batch
    is received, checked and committed while the one before waits for its
-   fsync, so only the apply thread bounds it.  The run prints the server's commit p50 / p90:
+   fsync, so only the apply thread bounds it.  What bounds the apply thread (measured with per-thread
+   schedstat and the printed apply CPU): its CPU per batch is the in-process push's (the batch is not
+   validated twice, idle queries are not re-polled); its wall time is longer by what it waits for the
+   GIL, held by the event loop (HTTP, Arrow parsing, admission checks, answers: 1-2 ms of CPU per batch
+   under contention), and for a core when the machine is shared.  The run prints the server's commit p50 / p90:
    where a commit costs about the in-process push of one batch (this machine's
    disk: 240 KB fdatasync p50 2-5 ms, in steps of ~4 ms), the disk, not the
    server, bounds the Arrow ratio.
