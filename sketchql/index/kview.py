@@ -184,7 +184,10 @@ class KernelView:
 
     # -- ingest side --------------------------------------------------------------
     def on_append(self, z, v, t, r, b) -> None:
-        """Called by ``StreamIndex._append`` after ``z.append(v, t, r, b)``."""
+        """Called by ``StreamIndex._append`` after ``z.append(v, t, r, b)``: the hot arena follows G1's
+        appends (a zone that starts with these tuples gets its arena here, at ingest, instead of
+        being laid out from the zone at the next refresh: ~20 us of the probe after a new zone at
+        ~6,000 tuples per window)."""
         if v.dtype != self.vdtype:                         # mixed value types: leave it to the numpy path
             self.usable = False
             return
@@ -193,6 +196,10 @@ class KernelView:
         h = self.hot
         if h is not None and h.zid == z.id and self.hot_ok and h.n + len(r) == z.n:
             h.append(v, t, r, b)
+        elif z.n == len(r):                 # a zone that starts with these tuples (a new G1 zone): its arena too
+            a = HotArena(z.id, self.B, self.vdtype, need=np.bincount(b, minlength=self.B))
+            a.append(v, t, r, b)
+            self.hot, self.hot_ok = a, True
         else:
             self.hot_ok = False                                # re-synced from the zone at refresh
 
