@@ -199,8 +199,13 @@ class Producers:
         """Batch ``seq`` of ``producer`` is admitted (logged): the next expected number is ``seq + 1``."""
         with self._lock:
             p = self._table.get(producer)
-            if p is None:
-                p = self._get(producer)
+            if p is None:                     # replay (a request holds its producer's turn: never evicted)
+                if len(self._table) >= self.max_producers:       # never refuses here: the batch is logged
+                    self._table.popitem(last=False)
+                    self.evicted += 1
+                p = self._table[producer] = _Producer()
+            else:
+                self._table.move_to_end(producer)
             if seq >= p.next:
                 p.next = seq + 1
                 p.refused = None
