@@ -106,7 +106,7 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   Measured (--quick, shared 2-core machine, load 1.1-2.5; see the issue
   notes for each run): 6k: T1 scan ~14-15 ns per output, T4 ~4.2-4.4 in
   situ, ratio ~3.3-3.4; bound ~11 (c_compare ~0.2 ns, 1/sel 46.5, c_emit
-  ~0.95).  T4's warm kernel on the last batch is ~2.2 ns per output
+  ~0.95).  T4's warm kernel on the last batch was ~2.2 ns per output
   (descent ~0.5, matching ~1.7; the call around it ~0.2), so even a T4 that
   paid nothing but its warm kernel would be at ~6.5x; in situ it pays ~2
   more: view refresh ~0.5 (a closed zone copied into the view's CSR once
@@ -127,6 +127,38 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   spend ~100 ms of *system* time per call faulting ~40 MB of memory the
   VM never touched before (the same faults cost ~4 ms once the memory was
   used), hence --repeat runs per row at 60k too (was 2 in --quick), best kept.
+  Second follow-up (A/B paired in one process: both kernels on the same
+  index and batches, alternated, caches polluted before each call; load
+  2.6-4.5): (5) the hot zone's cells are per-bucket segments extended at
+  ingest (they were linked lists that each probe after an ingest laid out
+  in cell order: ~8 ns per hot tuple, 12-29 us per batch at 6k, ~200 us at
+  60k); (6) both scan loops (T4's matching, T1's raw scan) write only the
+  per-tuple columns, the constant ones (probe, region, the value = the key
+  for integers) are filled after each region / probe in vectorized loops:
+  T4 kernel 4.12/3.94/3.84 -> 3.35/3.21/3.15 ns per output polluted, warm
+  call on the last 6k batch 2.6 -> 2.0, T1 scan 10.4-10.8 -> 10.1-10.6
+  warm; (7) a new G1 zone's arena is made at its first append (structural
+  refresh 99 -> 68 us).  Measured after them (--quick, load 3.7-4.5): 6k
+  T4 4.6-8.0 in situ, ratio 3.24 / 3.75 / 3.81 (CPU 3.26 / 3.00 / 3.39),
+  warm kernel 1.85-2.0 (descent ~0.5 = ~40 us per 499-probe call, of which
+  ~5 us numba's argument unboxing and ~10 us the node loops; matching
+  ~1.4); 60k ratio 2.89 / 3.12 / 5.79.  Where 6k's in-situ t_hit still goes
+  (6 timed batches, ~355k outputs): the kernels at their warm cost over
+  batches whose outputs per probe grow from ~75 to ~185 (the descent is
+  per probe: ~0.7 ns per output on average), ~40 us per batch more after
+  both ingests (caches; 16 MB of pollution instead doubles it), the view
+  refresh (~68 us at the collapse, ~12 per other batch: ~0.35 ns per
+  output) and ~10 us of Python per call.  Tried without gain: value-sorted
+  cold cells with binary-searched runs (the sort at each CSR append, ~17 ns
+  per tuple, costs ~200 us per collapse at 6k for ~0.2 ns per output of
+  matching), prefetching the next probes' sketch counters and the next
+  regions' cell starts, precomputed pruning thresholds (descent 0.48 ->
+  0.46), a branch-free scan loop with the 2-3 per-tuple stores (slower:
+  polluted 2.92-4.49 -> 3.21-4.64), sharing a node's estimate between probes of
+  one key (194 keys per 499 probes at 6k; nothing measurable).  Not kept
+  for fairness: sharing a cell's value compares between probes of one key
+  is a trick of the batched join, not of the index; the T1 probe path got
+  it too (same kernel) and went from ~33 to ~12 ns per output, T4 ~4%.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
