@@ -217,3 +217,48 @@ def test_parse_headers_and_eviction():
     assert p.next_seq("a") is None and p.next_seq("c") == 6 and p.status()["evicted"] == 1
     p.restore({"x": 3, "y": 4, "z": 5})
     assert len(p.snapshot()) == 2
+
+
+def test_a_cancelled_request_keeps_its_turn_until_its_admission_is_over():
+    """A request cancelled (server shutdown) while its batch is being admitted on the ingest thread: the
+    admission finishes anyway, so a retry of the same number waits for it and is then a duplicate."""
+    import asyncio
+
+    from sketchql.service.batch_route import BatchIngest
+    from sketchql.service.state import ServiceState
+
+    st = ServiceState()
+    st.execute_ddl("CREATE STREAM S (k INT) TIMESTAMP ts")
+    ing = BatchIngest(st, st.limits)
+    gate, entered = threading.Event(), threading.Event()
+    real = st.admit
+
+    def slow(*a, **kw):
+        entered.set()
+        gate.wait(10)
+        return real(*a, **kw)
+
+    st.admit = slow
+
+    async def main():
+        async def read_body(limit):
+            return b'{"k": 1, "ts": 1.0}'
+
+        first = asyncio.create_task(ing.ingest("S", read_body, "application/x-ndjson", ("p", "0")))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        retry = asyncio.create_task(ing.ingest("S", read_body, "application/x-ndjson", ("p", "0")))
+        await asyncio.sleep(0.3)
+        assert not retry.done(), "the retry went ahead while the first admission was still running"
+        gate.set()
+        return await asyncio.wait_for(retry, 10)
+
+    try:
+        r = asyncio.run(main())
+        assert r["duplicate"] is True
+        assert st.applier.wait_applied(1, 10) and st.engine.stream("S").tuples_in == 1
+    finally:
+        gate.set()
+        ing.close()

@@ -164,9 +164,9 @@ class BatchIngest:
                     await asyncio.wait_for(room, DURABLE_TIMEOUT_S)
                 receipt = state.admit(schema.name, *parsed, raw, block=False, producer=producer)
             if receipt is None or receipt is state.BUSY:            # synchronous push, or would block
-                receipt = await loop.run_in_executor(self._executor(), work, parsed)
+                receipt = await self._admitting(loop.run_in_executor(self._executor(), work, parsed), turn)
         else:
-            receipt = await loop.run_in_executor(self._executor(), work)
+            receipt = await self._admitting(loop.run_in_executor(self._executor(), work), turn)
         if turn is not None:
             state.producers.leave(turn)                 # admitted: the producer's next batch may go
         number = receipt.pop("apply_number", None)
@@ -179,6 +179,20 @@ class BatchIngest:
         if number is not None:
             state.applier.acknowledged(number)      # reads from now on wait until it is applied
         return receipt
+
+    async def _admitting(self, fut, turn):
+        """Await an admission running on the ingest thread.  Cancelled meanwhile (server shutdown), the
+        admission still runs to its end: the producer's turn is then left only once it is over, so a
+        retry of the same number cannot be admitted beside it."""
+        if turn is None:
+            return await fut
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            turn.pending = fut
+            fut.add_done_callback(lambda f: self.state.producers.leave(
+                turn, refused=f.cancelled() or f.exception() is not None, force=True))
+            raise
 
     async def predecessor_applied(self, number: int) -> None:
         """Return once the batch queued before batch ``number`` is applied, so that at most one

@@ -94,11 +94,12 @@ class _Producer:
 
 class Turn:
     """A request's right to admit batch ``seq`` of ``producer`` (or ``duplicate``: it was admitted)."""
-    __slots__ = ("producer", "seq", "duplicate", "log_seq", "apply_number", "_p", "left")
+    __slots__ = ("producer", "seq", "duplicate", "log_seq", "apply_number", "_p", "left", "pending")
 
     def __init__(self, producer, seq, p, duplicate):
         self.producer, self.seq, self._p, self.duplicate = producer, seq, p, duplicate
         self.left = duplicate
+        self.pending = None               # an admission still running after its request was cancelled
         self.log_seq, self.apply_number = p.log_seq, p.apply_number
 
 
@@ -156,11 +157,12 @@ class Producers:
                     raise self._gap(producer, seq, p, f"it waited {self.wait_s:g} s (max_sequence_wait_s) for "
                                     f"batch {p.next}, which did not come") from None
 
-    def leave(self, turn: Turn, refused: bool = False) -> None:
+    def leave(self, turn: Turn, refused: bool = False, force: bool = False) -> None:
         """End ``turn`` (on the loop): wake the producer's waiting requests; ``refused``: its batch was
         refused (4xx), so its number stays the next expected and the later ones fail fast.  Only the
-        first call of a turn counts."""
-        if turn.left:
+        first call of a turn counts; while an admission of it still runs (``pending``), only the call
+        made when it is over (``force``)."""
+        if turn.left or (turn.pending is not None and not force):
             return
         turn.left = True
         with self._lock:
