@@ -132,12 +132,12 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   2.6-4.5): (5) the hot zone's cells are per-bucket segments extended at
   ingest (they were linked lists that each probe after an ingest laid out
   in cell order: ~8 ns per hot tuple, 12-29 us per batch at 6k, ~200 us at
-  60k); (6) both scan loops (T4's matching, T1's raw scan) write only the
-  per-tuple columns, the constant ones (probe, region, the value = the key
-  for integers) are filled after each region / probe in vectorized loops:
-  T4 kernel 4.12/3.94/3.84 -> 3.35/3.21/3.15 ns per output polluted, warm
-  call on the last 6k batch 2.6 -> 2.0, T1 scan 10.4-10.8 -> 10.1-10.6
-  warm; (7) a new G1 zone's arena is made at its first append (structural
+  60k); (6) T4's matching loop writes only the per-tuple columns, the
+  constant ones (probe, region, the value = the key for integers) are
+  filled after each region in vectorized loops: T4 kernel 4.12/3.94/3.84 ->
+  3.35/3.21/3.15 ns per output polluted, warm call on the last 6k batch 2.6
+  -> 2.0 (T1's raw scan keeps its loop: the same change gave it no
+  consistent gain, from 12% slower to 8% faster in paired runs); (7) a new G1 zone's arena is made at its first append (structural
   refresh 99 -> 68 us).  Measured after them (--quick, load 3.7-4.5): 6k
   T4 4.6-8.0 in situ, ratio 3.24 / 3.75 / 3.81 (CPU 3.26 / 3.00 / 3.39),
   warm kernel 1.85-2.0 (descent ~0.5 = ~40 us per 499-probe call, of which

@@ -427,9 +427,11 @@ def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
     sizes).  :func:`scan_window` is the same kernel with row ids =
     positions.  Indexed unsigned as :func:`_match_regions` (numba's
     wrap-around of signed indexes made this loop ~2x slower: T1 scan t_hit
-    at ~6,000 tuples per window 41 -> 19 ns per output, CPU time).  Constant columns (the
-    probe; the value = the key for integers) are filled after each probe's scan, as in
-    :func:`_match_regions`.
+    at ~6,000 tuples per window 41 -> 19 ns per output, CPU time).  It writes all four columns
+    in the loop, as before :func:`_match_regions` moved its constant columns to fills after the
+    loop: for this kernel (one match per ~46 tuples compared) the fills gave no consistent gain
+    (paired A/B over the bench's 6k batches, load 2.8-4: from 12% slower to 8% faster), so the
+    raw scan keeps the loop it had and cannot have been weakened by that change.
     """
     P = keys.shape[0]
     cap = mp.shape[0]
@@ -442,20 +444,14 @@ def scan_window_emit(V, T, R, keys, tf, tt, mp, mv, mt, mr):
         if e > a:
             work += e - a
         if nm + (e - a) <= cap:               # room for every tuple: unsigned indexes, no capacity test
-            u0 = np.uint64(nm)
-            u = u0
+            u = np.uint64(nm)
             for j in range(np.uint64(a), np.uint64(e)):
                 if V[j] == key:
-                    if not _exact(V):
-                        mv[u] = V[j]
+                    mp[u] = p
+                    mv[u] = V[j]
                     mt[u] = T[j]
                     mr[u] = R[j]
                     u += np.uint64(1)
-            for q in range(u0, u):            # the probe's constant columns: vectorized fills
-                mp[q] = p
-            if _exact(V):
-                for q in range(u0, u):
-                    mv[q] = key
             nm = np.int64(u)
         else:
             for j in range(a, e):
