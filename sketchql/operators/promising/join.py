@@ -228,6 +228,7 @@ class PTJoin(PairOutput):
         self._backlog = {"side": [], "ts": [], "seq": [], "val": []}   # arrivals not planned yet
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
         self._sec_direct = None     # wall clock: measured seconds of a direct round's fixed part (_tick_direct)
+        self._sec_prior = None      # wall clock, hash rounds: a scratch round's seconds (set_wall_clock)
         self.wall_direct = True     # wall clock, desc: direct rounds when planning cannot pay (_use_direct)
         self.wall_hash = True       # wall clock, desc, private index: direct rounds on a value hash (_tick_hash)
         self._vhash = None          # hash rounds: the kept arrivals (.valuehash)
@@ -279,6 +280,11 @@ class PTJoin(PairOutput):
         self.wall = bool(on)
         if self.wall and self.preference == "desc" and self.wall_direct and self._hash_rounds():
             valuehash.warm()   # the hash rounds' kernel is loaded now, not in a timed round
+            if self._sec_prior is None:
+                # a prior for the round's fixed cost, measured on a scratch round: the first real
+                # round's time then passes the 3x clip of _note_round (a first round measured at
+                # 4.3 ms under load, ~40x its later cost, made a 7 ms share shed every batch)
+                self._sec_prior = valuehash.scratch_round_seconds(self.window)
 
     def tick(self, batch, allowance) -> None:
         """Ingest a batch of arrivals, queue their promising regions, then
@@ -337,21 +343,29 @@ class PTJoin(PairOutput):
         at most 5 s).  Returns the batch to process now (or None) and its
         allowance (already credited)."""
         self._credit(float(allowance.sum()) if allowance.shape[0] > 32 else sum(allowance.tolist()))
+        ts = batch.ts
+        if not self._pend:
+            self._pend_t0 = float(ts[0])
         self._pend.append((batch, allowance))
-        span = float(batch.ts[-1]) - float(self._pend[0][0].ts[0])
-        if self._round_waits() and span < self._defer_limit():
+        span = float(ts[-1]) - self._pend_t0
+        if span < self._defer_limit() and self._round_waits():
             self._stats["deferred_ticks"] += 1
             return None, None
         parts, self._pend = _release(self._pend, span, self._chunk_span())
+        if self._pend:
+            self._pend_t0 = float(self._pend[0][0].ts[0])
         return _join_parts(parts)
 
     def _defer_limit(self) -> float:
         """Most event-time seconds arrivals wait for a round (:meth:`_defer`):
         ``wall_defer`` (default a tenth of the window, at most 5 s), and never
         more than one time chunk (a longer wait would cost several rounds)."""
-        limit = self.wall_defer if self.wall_defer is not None else (
-            min(5.0, 0.1 * self.window) if math.isfinite(self.window) else 5.0)
-        return min(limit, self._chunk_span())
+        c = self.__dict__.get("_dlim")
+        if c is None or c[0] is not self.sources or c[1] != self.wall_defer:
+            limit = self.wall_defer if self.wall_defer is not None else (
+                min(5.0, 0.1 * self.window) if math.isfinite(self.window) else 5.0)
+            c = self._dlim = (self.sources, self.wall_defer, min(limit, self._chunk_span()))
+        return c[2]
 
     def _round_waits(self) -> bool:
         """The next round (direct or planned, :meth:`_use_direct`) costs, as
@@ -387,7 +401,7 @@ class PTJoin(PairOutput):
             # a round measured over 3x the estimate is clipped to 3x: real time on a shared machine has
             # one-sided spikes (preemption, a page fault), and one unclipped 5 ms spike in a share of
             # ~2 ms made every later round wait or shed (a real change still passes, 3x per round)
-            c = self._sec_direct
+            c = self._sec_direct if self._sec_direct is not None else self._sec_prior
             self._sec_direct = seconds if c is None else 0.8 * c + 0.2 * min(seconds, 3.0 * c)
             self._stats["direct_rounds"] += 1
         else:

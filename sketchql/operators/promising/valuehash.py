@@ -201,6 +201,34 @@ def warm() -> None:
         _pairs_kernel(z, f, z, False, z, z, f, z, z, z, 1.0, z.copy(), z.copy(), f.copy(), f.copy(), z.copy())
 
 
+def scratch_round_seconds(window: float, n: int = 64, reps: int = 5) -> float:
+    """Real seconds of the fixed part of a hash round on scratch data (``n``
+    arrivals per round, the numpy calls of ``PTJoin._tick_hash``'s fixed
+    part: expire, add, block, the heaviest-first order, a first probe batch);
+    the smallest of ``reps`` runs (the first pays first-use costs, timing
+    noise is one-sided).  A prior for the measured round cost."""
+    import time
+
+    rng = np.random.default_rng(0)
+    best = np.inf
+    h = ValueHash(window)
+    for r in range(reps):
+        val = rng.integers(0, 16, n).astype(np.int64)
+        side = (rng.random(n) < 0.5).astype(np.int64)
+        rid = np.arange(r * n, (r + 1) * n, dtype=np.int64)
+        ts = np.sort(rng.random(n)) + r
+        t = time.perf_counter()
+        h.expire(r - 1.0)
+        h.add(val, side, rid, ts)
+        lo, hi = h.block(val, side)
+        o = np.lexsort((rid, lo - hi))
+        np.cumsum(1.0 + (hi - lo)[o])
+        k = o[:8]
+        h.pairs(val[k], rid[k], ts[k], side[k], lo[k], hi[k])
+        best = min(best, time.perf_counter() - t)
+    return float(best)
+
+
 def _pairs_kernel_py(rid, ts, sval, wide, x_val, x_rid, x_ts, x_side, lo, hi, w, out_a, out_b, out_ta, out_tb,
                      out_v):
     n = 0
