@@ -138,11 +138,13 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   3.35/3.21/3.15 ns per output polluted, warm call on the last 6k batch 2.6
   -> 2.0 (T1's raw scan keeps its loop: the same change gave it no
   consistent gain, from 12% slower to 8% faster in paired runs); (7) a new G1 zone's arena is made at its first append (structural
-  refresh 99 -> 68 us).  Measured after them (--quick, load 3.7-4.5): 6k
-  T4 4.6-8.0 in situ, ratio 3.24 / 3.75 / 3.81 (CPU 3.26 / 3.00 / 3.39),
-  warm kernel 1.85-2.0 (descent ~0.5 = ~40 us per 499-probe call, of which
-  ~5 us numba's argument unboxing and ~10 us the node loops; matching
-  ~1.4); 60k ratio 2.89 / 3.12 / 5.79.  Where 6k's in-situ t_hit still goes
+  refresh 99 -> 68 us).  Measured after them (--quick, load 3.1-3.9): 6k
+  T1 scan 15.0 / 15.4, T4 4.3 / 4.2 ns per output in situ, ratio 3.46 /
+  3.63 (CPU 3.47 / 3.65), bound 11.4; warm kernel 1.83 (descent ~0.5 =
+  ~40 us per 499-probe call, of which ~5 us numba's argument unboxing and
+  ~10 us the node loops; matching ~1.35); 60k ratio 6.60 / 2.34 (T4 4.2 /
+  13.6: noisy).  (Runs at load 4-5 read higher wall ratios, up to 4.5, only
+  because T1's longer calls lose more to the other processes.)  Where 6k's in-situ t_hit still goes
   (6 timed batches, ~355k outputs): the kernels at their warm cost over
   batches whose outputs per probe grow from ~75 to ~185 (the descent is
   per probe: ~0.7 ns per output on average), ~40 us per batch more after
