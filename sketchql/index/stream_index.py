@@ -263,6 +263,50 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
             z = self._zones.get(self._alias[zid])
         return z
 
+    def cell_origins(self, cells):
+        """Where each cell handle's tuples are now: ``(live, lo, hi)`` per handle.
+
+        ``live`` is the handle of the same bucket in the live zone the handle
+        resolves to (after COLLAPSE: the zone its zone was merged into; -1: its
+        tuples were dropped).  ``[lo, hi]`` is the time range of the handle's
+        *own* tuples inside that zone: the merged zone's data range recorded at
+        COLLAPSE (what ``scan_matching_many(bounded=True)`` scans for the
+        handle), ``(-inf, inf)`` for a live zone's own handle.  A probe that
+        scanned the handle has thus met every tuple of ``live`` with
+        ``lo <= ts <= hi`` (in its window): a later scan of ``live`` by the same
+        probe need only cover the rest (PT-Join's sweep, issue 16).
+
+        >>> import numpy as np
+        >>> decl = SummaryDeclaration("s", "S", "a", granularity=1.0, rate=2, depth=3)
+        >>> ix = StreamIndex(decl, IndexConfig(structure="T3", n_buckets=4))
+        >>> _ = ix.ingest(np.array([7, 7]), np.array([0.1, 0.6]))
+        >>> c = ix.promising_regions(np.array([7]), 0.0, 1.0).cell
+        >>> _ = ix.ingest(np.array([7]), np.array([1.5]))           # G1's period ends: COLLAPSE
+        >>> live, lo, hi = ix.cell_origins(c)
+        >>> bool((live != c).all()), lo.tolist(), hi.tolist()     # G1's two zones, merged
+        (True, [0.1, 0.6], [0.1, 0.6])
+        """
+        from .results import cell_handle, split_cell
+
+        cells = np.asarray(cells, np.int64).reshape(-1)
+        live = np.full(cells.shape[0], -1, np.int64)
+        lo = np.full(cells.shape[0], -math.inf)
+        hi = np.full(cells.shape[0], math.inf)
+        if not cells.shape[0]:
+            return live, lo, hi
+        zids, bks = split_cell(cells)
+        span = getattr(self, "_alias_span", None) or {}
+        u, inv = np.unique(zids, return_inverse=True)
+        for i, zid in enumerate(u.tolist()):
+            z = self._resolve(zid)
+            if z is None:
+                continue
+            m = inv == i
+            live[m] = cell_handle(z.id, bks[m])
+            if z.id != zid and zid in span:
+                lo[m], hi[m] = span[zid]
+        return live, lo, hi
+
 
 
 

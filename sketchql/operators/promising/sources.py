@@ -26,6 +26,9 @@ Interface::
     rest_cells_many(values, t_from, t_to) -> (row, cell, size): every
         non-empty cell of each row's value bucket in a zone overlapping the
         row's window (the "when idle" sweep), sorted by row
+    cell_origins(cells) -> (live, lo, hi) or None (optional; sources with
+        ``may_repeat``): the live cell each handle resolves to and the time
+        range [lo, hi] of the handle's own tuples there (a merged zone's part)
     total(values, t_from, t_to) -> estimated counts over the window
     cell_end(cell) -> newest timestamp the cell can hold (-inf: gone); a
         cell with ``cell_end <= now - w`` holds only expired partners
@@ -268,6 +271,13 @@ class IndexSource:
             return _sorted_matches([], 0)
         m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to, bounded=True)
         return _sorted_matches([(np.asarray(m.region, np.int64), m.row_ids, m.timestamps)], int(m.work))
+
+    def cell_origins(self, cells):
+        """``(live, lo, hi)`` per cell handle: the live cell it resolves to and
+        the time range of its own tuples there (:meth:`StreamIndex.cell_origins`);
+        ``None`` if the index cannot say."""
+        f = getattr(self.ix, "cell_origins", None)
+        return f(cells) if f is not None else None
 
     def rest_cells_many(self, values, t_from, t_to):
         """Vectorized :meth:`rest_cells` without the exclusion (the caller
