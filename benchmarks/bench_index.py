@@ -161,6 +161,50 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   for fairness: sharing a cell's value compares between probes of one key
   is a trick of the batched join, not of the index; the T1 probe path got
   it too (same kernel) and went from ~33 to ~12 ns per output, T4 ~4%.
+  Third follow-up (in-situ budget at 6k, measured with the bench's own
+  sequence -- both ingests, timed call, warm repeat -- one index pair per
+  run, variants alternated run by run; loads 1.1-3.4): per call (~500
+  probes, ~64k outputs, 6 timed calls, ~275 us each at 4.3 ns per output)
+  the kernel after the ingests is ~220 us (the same call repeated: ~150),
+  of which the descent ~60-70 us (1737 estimates on the last batch; ~40
+  warm, of which ~7 hashing) and the matching the rest (~2.2-2.9 ns per
+  output in situ, ~1.35-2.0 warm; it writes 40 bytes per output); the
+  view refresh ~40 us averaged (85-97 us at the collapse: norms of the
+  collapsed granularities' 6 nodes ~30, cold CSR append ~31, drops ~15;
+  15-20 us otherwise: row norms of G1's 3 dirty nodes, 61k counters, ~7-10,
+  Python ~3-8); Python around the kernel ~12 us and numba's dispatch of the
+  39 arguments ~2.6 us (a P=1 probe_many costs 9.75 us, its kernel 2.7).
+  5x needs ~190 us per call: even zero refresh, zero Python and a free
+  dispatch leave the in-situ kernel above it.  The in-situ penalty is cache
+  damage from the ingests (each stream's ingest of a 5 s batch takes 300-800
+  us): after a warm call, polluting 0.25 / 1 / 4 / 16 MB gives 2.85 / 2.68 /
+  2.90 / 3.84 ns per output against 3.31 in situ and 2.62 unpolluted (min of
+  7), i.e. the two ingests are worth 4-16 MB of pollution; touching only
+  the output arrays, only the CSR or only the sketch store before the
+  in-situ kernel recovers ~10-15% each, all of them (the warm call) ~28%.
+  Tried without gain: a node-major descent (per node, every probe, parents
+  before children: independent counter reads instead of a per-probe chain
+  of dependent branches; same regions, order and counters): warm descent
+  39.8 -> 37.5 us on the last batch, in situ paired over 15 runs min 3.75
+  vs 3.74 ns per output, median ratio 0.989 -- not kept.  Ingest-side
+  diagnostic (not a change here: sketchql/index/ingest_side.py): sketch
+  deltas added sparsely (``Granularity.add_sparse``, row norms kept exact
+  incrementally, so the refresh recomputes none) instead of dense (B, d, w)
+  deltas: paired 13 runs min 4.33 -> 4.02, median ratio 0.988, per-batch
+  minima equal -- no clear gain.  Not tried (ceilings measured above): a
+  structref / cached argument tuple (saves at most the ~2.6 us dispatch,
+  ~0.03 ns per output); trimming the Python (~12 us per call, ~0.2 ns per
+  output at most).  What is left is the in-situ kernel itself: its matching
+  (a SIMD compress of the per-tuple compare would speed it up, but it is a
+  loop T1's scan shares -- the raw scan would have to get it too, and its 46
+  compares per output would gain far more than T4's 1.4) and the ingests'
+  memory churn (dense 160 KB deltas per node and batch, temporaries of the
+  adaptive checks), which is outside the probe path; and the view refresh
+  (~0.5 ns per output), which only an eager refresh at the end of an ingest
+  (stream_index.py, counted in t_ins like the hot arena's appends) would
+  take out of t_hit: at most ratio ~3.9.
+  Bench after this follow-up (no code change; load ~3): 6k T1 scan 14.3,
+  T4 4.2 ns per output, t_hit_ratio_6k 3.44 (CPU 3.45), bound 15.65.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
