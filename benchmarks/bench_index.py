@@ -203,8 +203,14 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   (~0.5 ns per output), which only an eager refresh at the end of an ingest
   (stream_index.py, counted in t_ins like the hot arena's appends) would
   take out of t_hit: at most ratio ~3.9.
-  Bench after this follow-up (no code change; load ~3): 6k T1 scan 14.3,
-  T4 4.2 ns per output, t_hit_ratio_6k 3.44 (CPU 3.45), bound 15.65.
+  A memo of cold nodes' estimates across calls (their counters change only
+  at structural changes) could at most recover the descent's in-situ
+  penalty: pre-touching the sketch store saves 10-15% of the in-situ kernel
+  (~25-35 us per call), and the memo's own table would miss after the
+  ingests as well; with the eager refresh above that is still short of 5x
+  at the measured loads.  Bench after this follow-up (no code change): 6k
+  T1 scan 14.3 / 14.3, T4 4.2 / 3.8 ns per output, t_hit_ratio_6k 3.44 /
+  3.75 (CPU 3.45 / 3.75) at load ~3 / ~1.6; bound 15.65 / 11.31.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
