@@ -232,7 +232,8 @@ class PTJoin(PairOutput):
         # desc's demand shedding keeps the heaviest join values (.valueheat)
         self._heat = ValueHeat(seed, half_life=(self.window / 2 if math.isfinite(self.window) else 30.0)) \
             if self.demand_shed else None
-        self.demand_margin = 2.0    # kappa of admission.demand_fraction
+        self.demand_margin = 2.5    # kappa of admission.demand_fraction (planned rounds)
+        self.direct_margin = 2.0    # kappa of the wall clock's direct rounds (_tick_direct, as measured there)
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
         self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
@@ -512,7 +513,7 @@ class PTJoin(PairOutput):
         c1 = self._timer.fit()[1] if self._timer.n >= 3 else self._sec_per_unit
         if self._demand is not None and c1:
             avail = max(self.account - (self._sec_direct or 0.0), 0.0) / c1
-            f = demand_fraction(avail, len(batch), self._demand, self.demand_margin)
+            f = demand_fraction(avail, len(batch), self._demand, self.direct_margin)
         keep = None
         if f < 1.0:
             keep = heat.keep(keys, f)
