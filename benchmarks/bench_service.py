@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="sketchql-bench-")
     try:
         srv = Server(os.path.join(tmp, "data"), ["--checkpoint-every-tuples", str(10**12),
-                                                 "--checkpoint-interval", "1e9"])
+                                                 "--checkpoint-interval", "1e9", "--checkpoint-replay-s", "0"])
         c = srv.client
         acked = 0
         # -- Arrow / NDJSON / in-process, interleaved; best of --repeat each (the machine is shared) ----

@@ -198,13 +198,18 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 class Checkpointer:
-    """Background checkpoints: after ``every_tuples`` logged tuples or ``interval_s`` seconds with
-    anything logged (and once more at a clean shutdown)."""
+    """Background checkpoints: after ``every_tuples`` logged tuples, ``interval_s`` seconds with
+    anything logged, or once replaying the log's tail would take about ``max_replay_s`` seconds (the
+    engine time spent on the logged operations since the last checkpoint, ``state.replay_cost_s``:
+    restart time is then bounded by loading the checkpoint plus about that, whatever the queries
+    cost per tuple; 0 turns that trigger off), and once more at a clean shutdown."""
 
-    def __init__(self, state, every_tuples: int = 1_000_000, interval_s: float = 60.0):
+    def __init__(self, state, every_tuples: int = 1_000_000, interval_s: float = 60.0,
+                 max_replay_s: float = 2.0):
         self.state = state
         self.every_tuples = int(every_tuples)
         self.interval_s = float(interval_s)
+        self.max_replay_s = float(max_replay_s)
         self._stop = threading.Event()
         self._thread = None
         self._last = time.monotonic()
@@ -214,6 +219,8 @@ class Checkpointer:
         st = self.state.store
         if st is None or st.ops_since_checkpoint == 0:
             return False
+        if self.max_replay_s > 0 and self.state.replay_cost_s >= self.max_replay_s:
+            return True
         return st.tuples_since_checkpoint >= self.every_tuples or time.monotonic() - self._last >= self.interval_s
 
     def run_once(self):
@@ -270,7 +277,7 @@ def _docs_routes(app: FastAPI):
 def create_app(engine=None, demo: bool = True, limits: Limits | None = None, seed: int = 7,
                demo_options: dict | None = None, data_dir: str | None = None, fresh: bool = False,
                auth=None, checkpoint_every_tuples: int = 1_000_000, checkpoint_interval_s: float = 60.0,
-               sync: bool = True) -> FastAPI:
+               sync: bool = True, checkpoint_max_replay_s: float = 2.0) -> FastAPI:
     """The service around ``engine`` (a new :class:`~sketchql.engine.Engine` by default).
 
     ``demo``: declare the demo streams/summaries/queries (or resume them from
@@ -278,8 +285,8 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     ``demo_options``: :class:`~sketchql.service.demo.DemoFeeder` keywords.
     ``data_dir``: keep state there (operation log + checkpoints) and recover it
     now; ``fresh``: wipe it first.  ``auth``: an :class:`~sketchql.service.auth.Auth`.
-    ``checkpoint_every_tuples`` / ``checkpoint_interval_s``: when the background
-    checkpointer writes one.  ``sync=False`` skips fsync (tests of logic only).
+    ``checkpoint_every_tuples`` / ``checkpoint_interval_s`` / ``checkpoint_max_replay_s``: when
+    the background checkpointer writes one (:class:`Checkpointer`).  ``sync=False`` skips fsync (tests of logic only).
     """
     from .durability import OpLog, wipe
 
@@ -300,7 +307,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     if demo:
         from .demo_glue import make_feeder
         feeder = make_feeder(state, seed=seed, options=demo_options)
-    checkpointer = Checkpointer(state, checkpoint_every_tuples, checkpoint_interval_s)
+    checkpointer = Checkpointer(state, checkpoint_every_tuples, checkpoint_interval_s, checkpoint_max_replay_s)
     ingest = BatchIngest(state, limits)
 
     @asynccontextmanager
@@ -429,7 +436,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         if store is None:
             return {"durable": False, "reason": "started without --data-dir: nothing survives a restart"}
         return dict({"durable": True, "recovery": state.recovery, "checkpoint_every_tuples": checkpointer.every_tuples,
-                     "checkpoint_interval_s": checkpointer.interval_s}, **store.status())
+                     "checkpoint_interval_s": checkpointer.interval_s,
+                     "checkpoint_max_replay_s": checkpointer.max_replay_s,
+                     "replay_estimate_s": round(state.replay_cost_s, 3)}, **store.status())
 
     @app.post("/admin/checkpoint", tags=["overview"], response_model=M.CheckpointOut, responses=_ERR)
     async def checkpoint_now():

@@ -4,6 +4,7 @@
                    [--token T ...] [--tokens-file F] [--public-read] [--insecure]
                    [--summary-root DIR ...] [--max-time-jump S] [--result-buffer-rows N]
                    [--checkpoint-every-tuples N] [--checkpoint-interval S]
+                   [--checkpoint-replay-s S]
                    [--no-demo] [--seed 7] [--demo-speed 10] [--demo-tuples 200000] [--log-level info]
 
 State lives in ``--data-dir`` (default ``$SKETCHQL_DATA_DIR`` or
@@ -85,7 +86,8 @@ def _cmd_serve(args) -> int:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
                          data_dir=data_dir, fresh=args.fresh, auth=auth,
                          checkpoint_every_tuples=args.checkpoint_every_tuples,
-                         checkpoint_interval_s=args.checkpoint_interval)
+                         checkpoint_interval_s=args.checkpoint_interval,
+                         checkpoint_max_replay_s=args.checkpoint_replay_s)
     except DataDirError as exc:
         return fail(str(exc))
     where = f"http://{args.host}:{args.port}"
@@ -139,6 +141,9 @@ def register(subparsers) -> None:
                    help="checkpoint after this many logged tuples (default 1000000)")
     p.add_argument("--checkpoint-interval", type=float, default=60.0,
                    help="or after this many seconds with anything logged (default 60)")
+    p.add_argument("--checkpoint-replay-s", type=float, default=2.0, metavar="SECONDS",
+                   help="or once replaying the log since the last checkpoint would take about this long "
+                        "(engine time spent on it; default 2, 0: off)")
     p.add_argument("--no-demo", action="store_true", help="start empty: no demo streams, queries or feeder")
     p.add_argument("--seed", type=int, default=7, help="seed of the engine and the demo data")
     p.add_argument("--demo-speed", type=float, default=10.0,

@@ -104,6 +104,8 @@ class ServiceState:
         self.notifier = Notifier()
         self.replaying = False
         self.recovery: dict | None = None
+        # engine seconds spent on logged operations since the last checkpoint: what a restart would replay
+        self.replay_cost_s = 0.0
         self.boot = time.time()
 
     # -- checks ------------------------------------------------------------------
@@ -375,8 +377,10 @@ class ServiceState:
 
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
+        t0 = time.perf_counter()
         self.engine.push(item.stream, item.columns, validated=item.validated)
         self._collect_all()
+        self.replay_cost_s += time.perf_counter() - t0
 
     def _apply_failed(self, item, exc) -> None:
         self._count_reject(item.stream, item.n, "apply_error")
@@ -399,6 +403,7 @@ class ServiceState:
             schema = self._schema(name)
             self._check_jump(schema, columns, n)
             seq = self._log_push(schema.name, columns, n, raw, producer)
+            t0 = time.perf_counter()
             try:
                 self.engine.push(schema.name, columns)
             except SketchQLError as exc:
@@ -409,6 +414,7 @@ class ServiceState:
             if producer is not None:
                 self.producers.record(producer[0], producer[1], seq)
             self._collect_all()
+            self.replay_cost_s += time.perf_counter() - t0
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
         if wait:
             self.wait_durable(seq)
@@ -440,12 +446,14 @@ class ServiceState:
                 raise ApiError(400, "TimeJumpError", f"stream {schema.name}: heartbeat {ts:g} is more than "
                                f"max_time_jump={jump:g} s ahead of the stream clock {clock:g}", stream=schema.name,
                                field="ts", limit="max_time_jump")
+            t0 = time.perf_counter()
             try:
                 self.engine.heartbeat(schema.name, ts)
             except SketchQLError as exc:
                 raise from_exception(exc, stream=schema.name) from None
             seq = self._log("heartbeat", {"stream": schema.name, "ts": ts})
             self._collect_all()
+            self.replay_cost_s += time.perf_counter() - t0
             out = {"stream": schema.name, "clock": json_number(self.engine.stream(schema.name).clock), "seq": seq}
         if wait:
             self.wait_durable(seq)
@@ -851,6 +859,7 @@ class ServiceState:
 
         with self.lock:
             seq = self.store.last_seq if self.store is not None else 0
+            self._replay_cost_at_snapshot = self.replay_cost_s
             data = dumps({"version": 1, "seq": seq, "engine": self.engine, "logs": self.logs,
                           "summaries": self.summaries.entries, "next_query_id": next_query_id(self.engine),
                           "rejected_rows": dict(self.rejected_rows), "rejected_batches": dict(self.rejected_batches),
@@ -866,6 +875,8 @@ class ServiceState:
         seq, data = self.snapshot_state()
         t1 = time.perf_counter()
         self.store.write_checkpoint(seq, data)
+        with self.lock:              # what was logged after the snapshot still counts
+            self.replay_cost_s = max(0.0, self.replay_cost_s - self._replay_cost_at_snapshot)
         return {"seq": seq, "bytes": len(data), "snapshot_s": t1 - t0, "write_s": time.perf_counter() - t1}
 
     def recover(self) -> dict:
@@ -921,6 +932,7 @@ class ServiceState:
         from .durability import decode_columns
 
         m = op.meta
+        t0 = time.perf_counter()
         if op.kind == "push":
             if "producer" in m:              # its number is consumed (it was acknowledged) even if replay fails
                 self.producers.record(m["producer"], int(m["pseq"]), op.seq)
@@ -956,6 +968,7 @@ class ServiceState:
         else:
             raise ValueError(f"unknown logged operation {op.kind!r}")
         self._collect_all()
+        self.replay_cost_s += time.perf_counter() - t0     # still in no checkpoint: a restart replays it again
 
 
 class _Admitted:
