@@ -108,10 +108,10 @@ whole, meeting again every pair the queued entry found (deduplicated, but
 paid): the sweep scans only the time ranges of the merged cell outside the
 queued cell's own part (:func:`_sweep_rest`).  Full bench at 70 ms: pairs met
 twice 10,603 -> 456 (28,447 compares, 7.9 % of the budget, were spent on the
-merged parts); the output is unchanged there (93.9 % of the bound, 14.6 %
-of the budget unspent either way): what limits it is the 696 arrivals
-demand shedding drops (:mod:`.admission`).  The serial path keeps the
-cell-id exclusion.
+merged parts); the output was unchanged there (93.9 % of the bound, 14.6 %
+of the budget unspent either way): what limited it was the 696 arrivals
+demand shedding dropped with kappa = 2 (96.5 % with kappa = 2.5, see
+:mod:`.admission`).  The serial path keeps the cell-id exclusion.
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave, exact_join_pairs
