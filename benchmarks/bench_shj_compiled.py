@@ -25,7 +25,7 @@ the ratios desc/SHJ and desc/CompiledSHJ, CompiledSHJ's own exact need
 (``cshj_need_s``: unlimited budget, real seconds) and its measured
 ``processed`` share; last line
 ``desc_wallclock_ratio_vs_shj_min=<x> desc_wallclock_ratio_vs_compiled_shj_min=<x>``
-(minimum over the rates; each rate the median of ``--reps`` runs, default 3:
+(minimum over the rates where an operator produced something; each rate the median of ``--reps`` runs, default 3:
 a wall-clock run is noisy on a shared machine).  ``--base compiled``: ``rho`` is a share of
 CompiledSHJ's exact need instead (3-8x smaller), so the compiled peer is
 overloaded as much as the Python one is by default.
@@ -33,6 +33,7 @@ overloaded as much as the Python one is by default.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -83,6 +84,19 @@ def run_wall3(lam, window, duration, rho, seed=1, base="shj"):
     return res
 
 
+def _ratio(num: float, den: float) -> float:
+    """``num / den`` output ratio; ``nan`` when both produced nothing (no comparison), ``inf`` when only
+    the denominator did not."""
+    if den > 0:
+        return num / den
+    return math.inf if num > 0 else math.nan
+
+
+def _nanmin(xs) -> float:
+    xs = [x for x in xs if x == x]
+    return min(xs) if xs else math.nan
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="30 s streams, rates 10/20/50/100 ms (< 1 minute)")
@@ -105,9 +119,9 @@ def main(argv=None):
                          r["cshj"]["pct_output"], r["pt"]["pct_output"],
                          100.0 * c["processed"] / max(c["tuples_in"], 1), c["charged_seconds"],
                          c["model_seconds"], r["_seconds"]])
-        reps.append((ms, [(x[6] / max(x[4], 1e-9), x[6] / max(x[5], 1e-9)) for x in runs]))
+        reps.append((ms, [(_ratio(x[6], x[4]), _ratio(x[6], x[5])) for x in runs]))
         m = np.median(np.array(runs), axis=0).tolist()   # column-wise median over the repetitions
-        rows.append([ms, args.rho] + m[:7] + [m[6] / max(m[4], 1e-9), m[6] / max(m[5], 1e-9)] + m[7:])
+        rows.append([ms, args.rho] + m[:7] + [_ratio(m[6], m[4]), _ratio(m[6], m[5])] + m[7:])
     bp.table("Wall-clock budget -- desc PT-Join vs SIMPLE-SHJ (Python) vs CompiledSHJ, one-minute window; "
              "cpu_s = rho * shj_need_s (the Python SHJ's exact need) for every operator; cshj_need_s = the "
              "compiled SHJ's exact need (--base compiled: cpu_s = rho * cshj_need_s); cshj_proc% = its processed arrivals; cshj_chg_s / cshj_model_s = real "
@@ -123,8 +137,8 @@ def main(argv=None):
         load = ""
     print(f"# wall-clock desc/SHJ and desc/CompiledSHJ (budget base {args.base}, rho {args.rho:g}): "
           + " ".join(f"{r[0]:g}ms={r[9]:.3f}/{r[10]:.3f}" for r in rows) + load)
-    print(f"desc_wallclock_ratio_vs_shj_min={min(r[9] for r in rows):.3f} "
-          f"desc_wallclock_ratio_vs_compiled_shj_min={min(r[10] for r in rows):.3f}")
+    print(f"desc_wallclock_ratio_vs_shj_min={_nanmin([r[9] for r in rows]):.3f} "
+          f"desc_wallclock_ratio_vs_compiled_shj_min={_nanmin([r[10] for r in rows]):.3f}")
     return rows
 
 
