@@ -70,6 +70,44 @@ def test_scan_cells_equals_brute_force(seed, ties):
     assert inside <= work and work < full
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_scan_cells_with_expiry_cursor(seed):
+    """The per-cell expiry cursor: batches of probes whose window starts mostly rise
+    (some fall back behind the cursor) find the brute-force matches, never cost more
+    than the search from the cell's start, and keep the cursor's invariant."""
+    rng = np.random.default_rng(seed)
+    V, T, off = _chunk(rng, ties=bool(seed % 2))
+    nb = off.shape[0] - 1
+    cur = cellscan.new_cursor(nb)
+    zmin, zmax = T.min(), T.max()
+    total_cur = total_ref = 0
+    for step in range(12):
+        k = 40
+        b = rng.integers(0, nb, k)
+        base = -1.0 + 3.5 * step
+        tf = base + rng.choice([0.0, 0.0, 0.5, -2.0, 2.5], k)
+        tf = np.where(rng.random(k) < 0.2, T[off[b]].astype(np.float64), tf)   # on a tuple's timestamp
+        tt = tf + rng.choice([5.0, 20.0, 100.0], k)
+        keys = rng.integers(0, 4, k).astype(np.int64)
+        need_lo, need_hi = zmin <= tf, zmax > tt
+        row, pos, work = cellscan.scan_cells(V, T, off, b, keys, tf, tt, need_lo, need_hi, True, cur)
+        assert list(zip(row.tolist(), pos.tolist())) == _brute(V, T, off, b, keys, tf, tt)
+        _, _, ref = cellscan.scan_cells(V, T, off, b, keys, tf, tt, need_lo, need_hi, True)
+        full = int(sum(off[x + 1] - off[x] for x in b))
+        inside = sum(int(((T[off[x]:off[x + 1]] > f) & (T[off[x]:off[x + 1]] <= t)).sum())
+                     for x, f, t in zip(b, tf, tt))
+        assert inside <= work <= full
+        total_cur += work
+        total_ref += ref
+        for x in range(nb):   # the first cur[0][x] tuples are <= cur[1][x], the next one is newer
+            cell = T[off[x]:off[x + 1]]
+            n = int(cur[0][x])
+            assert n <= cell.shape[0]
+            assert (cell[:n] <= cur[1][x]).all()
+            assert n == cell.shape[0] or cell[n] > cur[1][x]
+    assert total_cur < total_ref
+
+
 def test_scan_cells_whole_cell_inside_the_window_costs_the_cell():
     """No search when the zone's range is inside the window: work = the cell, as a full scan."""
     rng = np.random.default_rng(3)
@@ -191,3 +229,38 @@ def test_merged_zone_handle_scans_only_its_own_tuples():
             want = set(z_rids[v[z_rids] == key].tolist()) if z_rids.shape[0] else set()
             assert set(m.row_ids.tolist()) == want
             assert len(m.row_ids) == len(want)
+
+
+@pytest.mark.parametrize("lateness", [0.0, 1.5])
+def test_index_expiry_cursor_across_ingests(lateness):
+    """The zones' expiry cursors survive appends and compactions (a cell's old tuples keep
+    their place): probes interleaved with ingests, window starts rising (some behind),
+    return what the cursor-less scan returns, for no more work."""
+    rng = np.random.default_rng(11)
+    n = 4000
+    t = np.round(np.cumsum(rng.exponential(0.01, n)), 2)
+    if lateness:
+        late = rng.random(n) < 0.05
+        t = np.where(late, t - rng.uniform(0, 1.0, n), t)
+    v = rng.integers(0, 12, n).astype(np.int64)
+    rid = np.arange(n, dtype=np.int64)
+    a_ix, b_ix = _index(lateness), _index(lateness)
+    cur = {}
+    from sketchql.index.results import cell_handle
+    wa = wb = 0
+    for a in range(0, n, 200):
+        for ix in (a_ix, b_ix):
+            ix.ingest(v[a:a + 200], t[a:a + 200], rid[a:a + 200])
+        now = float(t[a:a + 200].max())
+        cells = np.array([int(cell_handle(zid, b)) for zid, b in _live_cells(a_ix)], np.int64)
+        k = cells.shape[0]
+        keys = rng.integers(0, 12, k).astype(np.int64)
+        tt = now - rng.choice([0.0, 0.0, 0.3], k)
+        tf = tt - rng.choice([2.0, 2.0, 3.0, 1.0], k)
+        ma = a_ix.scan_matching_many(cells, keys, tf, tt, bounded=True, cursors=cur)
+        mb = b_ix.scan_matching_many(cells, keys, tf, tt, bounded=True)
+        assert ma.region.tolist() == mb.region.tolist() and ma.row_ids.tolist() == mb.row_ids.tolist()
+        assert ma.work <= mb.work
+        wa, wb = wa + ma.work, wb + mb.work
+    if not lateness:
+        assert wa < wb and len(cur)

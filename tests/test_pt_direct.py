@@ -104,9 +104,9 @@ def test_direct_probes_go_heaviest_value_first():
     for src in q.sources:
         orig = src.scan_many
 
-        def rec(cells, values, t_from, t_to, _o=orig):
+        def rec(cells, values, t_from, t_to, _o=orig, **kw):
             probed.append(np.asarray(values).copy())
-            return _o(cells, values, t_from, t_to)
+            return _o(cells, values, t_from, t_to, **kw)
         src.scan_many = rec
     q.tick(arr, np.full(n, 1.0))
     assert q.stats()["direct_rounds"] == 1

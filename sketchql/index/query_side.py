@@ -581,7 +581,7 @@ class QuerySide:
         self.counters["tuples_compared"] += len(r)
         return ScanResult(v[m], t[m], r[m], work=len(r))
 
-    def scan_matching_many(self, cells, values, t_from, t_to, bounded: bool = False) -> Matches:
+    def scan_matching_many(self, cells, values, t_from, t_to, bounded: bool = False, cursors=None) -> Matches:
         """Vectorized ``scan_matching`` over K (cell, value, window) rows.
 
         ``values``, ``t_from``, ``t_to`` are length-K arrays (or scalars);
@@ -597,6 +597,14 @@ class QuerySide:
         cell's other tuples were another handle's), so probes queued before
         a merge do not meet the same pairs twice.  Same matches as
         ``bounded=False`` for a live zone's handle.
+
+        ``cursors`` (bounded only; a dict the caller keeps across calls, zone
+        id -> (zone epoch, cursor)): an expiry cursor per cell of each zone scanned
+        (:func:`cellscan.new_cursor`), so the search for a window's start
+        gallops on from where the caller's previous scans of the cell left it
+        (forward) or back from it, instead of from the cell's start: the
+        tuples older than a window that only moves forward are passed once.
+        Same matches; the work then depends on the caller's earlier scans.
         """
         cells = np.asarray(cells, dtype=np.int64).reshape(-1)
         K = len(cells)
@@ -608,7 +616,7 @@ class QuerySide:
         tf, tt = self._window(K, t_from, t_to)
         zids, bks = split_cell(cells)
         if bounded:
-            return self._scan_bounded(zids, bks, keys, tf, tt)
+            return self._scan_bounded(zids, bks, keys, tf, tt, cursors)
         parts, work = [], 0
         for zid in np.unique(zids):
             z = self._resolve(int(zid))
@@ -631,7 +639,7 @@ class QuerySide:
             parts.append((r[m], c.values[sel], t[m], c.rids[sel]))
         return self._scan_result(parts, work)
 
-    def _scan_bounded(self, zids, bks, keys, tf, tt) -> Matches:
+    def _scan_bounded(self, zids, bks, keys, tf, tt, cursors=None) -> Matches:
         """``scan_matching_many(..., bounded=True)``: one :func:`cellscan.scan_cells` per zone."""
         span = getattr(self, "_alias_span", None) or {}
         live = self._zones
@@ -648,9 +656,20 @@ class QuerySide:
                 hi_r = np.minimum(hi_r, s_hi)
             c = z.compact()
             srt = cellscan.chunk_sorted(z, c)
+            cur = None
+            if srt and cursors is not None:
+                nb = c.offsets.shape[0] - 1
+                ep = getattr(z, "epoch", 0)
+                ent = cursors.get(z.id)
+                if ent is None or ent[0] != ep or ent[1].shape[0] != nb:
+                    if len(cursors) > 2 * len(live) + 8:   # forget the zones that left the index
+                        for k in [k for k in cursors if k not in live]:
+                            del cursors[k]
+                    ent = cursors[z.id] = (ep, *cellscan.new_cursor(nb))
+                cur = ent[1:]
             r, pos, w = cellscan.scan_cells(c.values, c.ts, c.offsets, bks[rows], keys[rows],
                                             np.ascontiguousarray(lo_r), np.ascontiguousarray(hi_r),
-                                            z.min_ts <= lo_r, z.max_ts > hi_r, srt)
+                                            z.min_ts <= lo_r, z.max_ts > hi_r, srt, cur)
             work += w
             if pos.shape[0]:
                 parts.append((rows[r], c.values[pos], c.ts[pos], c.rids[pos]))

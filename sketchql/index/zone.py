@@ -123,6 +123,10 @@ class Zone:
         self.n_total = 0
         self.last_confidence = None
         self.kstart = None     # first G1 period of the zone (granularities >= 2)
+        # bumped whenever a cell's tuples may change places (absorb, canonical order): the
+        # expiry cursors of bounded scans (cellscan.new_cursor) kept for an older epoch are
+        # void; appends keep every tuple's place in its cell (new tuples go after)
+        self.epoch = 0
 
     def append(self, values, ts, rids, buckets) -> None:
         if len(rids) == 0:
@@ -144,6 +148,7 @@ class Zone:
                 self.n += z.n
                 self.min_ts = min(self.min_ts, z.min_ts)
                 self.max_ts = max(self.max_ts, z.max_ts)
+        self.epoch += 1
         self.compact()
 
     def compact(self, canonical: bool = False) -> Chunk | None:
@@ -151,6 +156,8 @@ class Zone:
             return None
         if len(self.chunks) > 1 or canonical:
             self.chunks = [Chunk.concat(self.chunks, canonical=canonical)]
+            if canonical:
+                self.epoch += 1
         return self.chunks[0]
 
     def cell(self, b: int):

@@ -169,8 +169,8 @@ class SharedIndexSource(IndexSource):
         seq, ok = self._translate(rows)
         return seq[ok], np.asarray(ts)[ok], work
 
-    def scan_many(self, cells, values, t_from, t_to):
-        row, rows, ts, work = super().scan_many(cells, values, t_from, t_to)
+    def scan_many(self, cells, values, t_from, t_to, cursor: bool = False):
+        row, rows, ts, work = super().scan_many(cells, values, t_from, t_to, cursor)
         if not rows.shape[0]:
             return row, rows, ts, work
         seq, ok = self._translate(rows)

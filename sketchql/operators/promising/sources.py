@@ -15,10 +15,12 @@ Interface::
     regions(values, t_from, t_to, now, fade)
         -> (probe, cell, estimate, granularity, priority, n_tuples, nodes)
     scan(cell, value, t_from, t_to) -> (rids, ts, work)  matches in (t_from, t_to]
-    scan_many(cells, values, t_from, t_to) -> (row, rids, ts, work)
+    scan_many(cells, values, t_from, t_to, cursor=False) -> (row, rids, ts, work)
         the same for K (cell, value, window) rows in one vectorized call;
         ``row[k]`` is the input row of match k, matches sorted by row (stable:
-        within a row in the cell's arrival order), ``work`` = tuples compared
+        within a row in the cell's arrival order), ``work`` = tuples compared;
+        ``cursor=True`` (PT-Join's probes): the index source starts each
+        window's search at its per-cell expiry cursor (the mini index ignores it)
     cell_end_many(cells) -> float array, ``cell_end`` of each cell
     cell_sizes_many(cells, values) -> int array, tuples a scan of each row
         compares now (the probe cost; the size queued with an entry may have
@@ -96,7 +98,7 @@ class MiniSource:
                 out[m] = ix.zones[zz]["counts"][b[m]]
         return out
 
-    def scan_many(self, cells, values, t_from, t_to):
+    def scan_many(self, cells, values, t_from, t_to, cursor: bool = False):
         ix = self.ix
         cells = np.asarray(cells, np.int64)
         values = np.asarray(values, np.int64)
@@ -261,15 +263,25 @@ class IndexSource:
                 out[m] = np.asarray(z.cell_size(b[m]), np.int64)
         return out
 
-    def scan_many(self, cells, values, t_from, t_to):
+    def scan_many(self, cells, values, t_from, t_to, cursor: bool = False):
         """One :meth:`StreamIndex.scan_matching_many` call for K rows,
         ``bounded``: only the window's part of each cell is compared (and
         charged), a merged zone's handle scans only its own zone's tuples
-        (:mod:`sketchql.index.cellscan`)."""
+        (:mod:`sketchql.index.cellscan`).  ``cursor``: this source's expiry
+        cursors (one per cell, kept across calls) start the search for each
+        window's start (PT-Join's probes; same matches, less work)."""
         cells = np.asarray(cells, np.int64)
         if cells.shape[0] == 0:
             return _sorted_matches([], 0)
-        m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to, bounded=True)
+        cur = None
+        if cursor:
+            cur = getattr(self, "_cursors", None)
+            if cur is None:
+                cur = self._cursors = {}
+        if cur is not None and _takes_cursors(self.ix.scan_matching_many):
+            m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to, bounded=True, cursors=cur)
+        else:   # an index (or a stand-in) without expiry cursors
+            m = self.ix.scan_matching_many(cells, np.asarray(values), t_from, t_to, bounded=True)
         return _sorted_matches([(np.asarray(m.region, np.int64), m.row_ids, m.timestamps)], int(m.work))
 
     def cell_origins(self, cells):
@@ -329,6 +341,12 @@ class IndexSource:
 
     def total(self, values, t_from, t_to):
         return self.ix.estimate(np.asarray(values), t_from, t_to, edge="prorate")
+
+
+def _takes_cursors(f) -> bool:
+    """Whether the bound method ``f`` (``scan_matching_many``) has a ``cursors`` parameter."""
+    code = getattr(getattr(f, "__func__", f), "__code__", None)
+    return code is not None and "cursors" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
 
 
 def _sorted_matches(parts, work):
