@@ -574,34 +574,15 @@ class PTJoin(PairOutput):
         done = 0
         while done < n and self.account > 0:
             ts0 = clock()
-            if self._timer.n >= 3:
-                need = self._timer.units(self.account)
-            else:
-                need = self.account / self._sec_per_unit if self._sec_per_unit else math.nan
-            base = float(cum[done - 1]) if done else 0.0
-            if need != need:   # not calibrated yet: a small first batch
-                take = min(n - done, _FIRST_WALL_BATCH)
-            else:
-                take = int(np.searchsorted(cum[done:], base + need, "right"))
-                if take == 0:   # the first arrival alone costs more than the account: started anyway
-                    take = 1
-                    st["max_forced"] = max(st["max_forced"], float(est[done]))
-            b = done + take
-            est_taken = float(cum[b - 1]) - base
+            b, est_taken = self._direct_batch_end(cum, est, done)
+            take = b - done
             self._charge(COSTS["node"] * take, "lookup_work")
             ca, cb = int(c_at[done]), int(c_at[b])
             cr = c_row[ca:cb]
             for sd, i, y_rid, y_ts in self._scan_sides(cr, c_cell[ca:cb], side, val, t_lo, x_ts)[1]:
                 xr = cr[i]
                 self._emit_direct(x_rid[xr], x_ts[xr], sd, val[xr], y_rid, y_ts)
-            dt = clock() - ts0
-            self.account -= dt
-            st["probe_seconds"] += dt
-            st["max_batch_work"] = max(st["max_batch_work"], dt)
-            if est_taken > 0:
-                self._timer.add(est_taken, dt)
-                r = dt / est_taken
-                self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+            self._wall_batch_done(clock() - ts0, est_taken)
             done = b
         st["direct_probed"] += done
         st["direct_unprobed"] += n - done
@@ -692,20 +673,8 @@ class PTJoin(PairOutput):
         done = 0
         while done < n and self.account > 0:
             ts0 = clock()
-            if self._timer.n >= 3:
-                need = self._timer.units(self.account)
-            else:
-                need = self.account / self._sec_per_unit if self._sec_per_unit else math.nan
-            base = float(cum[done - 1]) if done else 0.0
-            if need != need:   # not calibrated yet: a small first batch
-                take = min(n - done, _FIRST_WALL_BATCH)
-            else:
-                take = int(np.searchsorted(cum, base + need, "right")) - done
-                if take <= 0:
-                    take = 1
-                    st["max_forced"] = max(st["max_forced"], float(est[done]))
-            b = done + take
-            units = float(cum[b - 1]) - base
+            b, units = self._direct_batch_end(cum, est, done)
+            take = b - done
             pa, pb, pta, ptb, pv = vh.pairs(val[done:b], x_rid[done:b], x_ts[done:b], side[done:b], lo[done:b],
                                             hi[done:b])
             comps = int((hi[done:b] - lo[done:b]).sum())
@@ -717,20 +686,51 @@ class PTJoin(PairOutput):
                 out["a"].append(pa); out["b"].append(pb); out["ta"].append(pta); out["tb"].append(ptb)
                 out["val"].append(pv); out["at"].append(np.full(pa.shape[0], self.now))
                 st["outputs"] += int(pa.shape[0])
-            dt = clock() - ts0
-            self.account -= dt
-            st["probe_seconds"] += dt
-            st["max_batch_work"] = max(st["max_batch_work"], dt)
-            if units > 0:
-                self._timer.add(units, dt)
-                r = dt / units
-                self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+            self._wall_batch_done(clock() - ts0, units)
             done = b
         st["direct_probed"] += done
         st["direct_unprobed"] += n - done
         if done == n:   # everything probed: idle time cannot be banked
             self._idle()
         self._note_debt()
+
+    def _wall_need(self) -> float:
+        """Wall clock: the estimated work units the account buys in one probe batch -- beyond a
+        batch's fixed cost once ``BatchTimer`` has 3 batches, else at the mean measured seconds per
+        unit; nan before any batch was measured."""
+        if self._timer.n >= 3:
+            return self._timer.units(self.account)
+        return self.account / self._sec_per_unit if self._sec_per_unit else math.nan
+
+    def _wall_batch_done(self, dt: float, units: float) -> None:
+        """Wall clock: a probe batch of ``units`` estimated units took ``dt`` real seconds: charged
+        to the account and fed to the batch timer and the mean seconds per unit."""
+        st = self._stats
+        self.account -= dt
+        st["probe_seconds"] += dt
+        st["max_batch_work"] = max(st["max_batch_work"], dt)
+        if units > 0:
+            self._timer.add(units, dt)
+            r = dt / units
+            self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+
+    def _direct_batch_end(self, cum, est, done: int):
+        """A direct round's next probe batch, arrivals ``done:b`` in order (``cum``: cumulative
+        ``est``): the longest prefix the account buys (:meth:`_wall_need`), at least one arrival
+        (``max_forced`` notes one that alone costs more), ``_FIRST_WALL_BATCH`` before any batch
+        was measured.  Returns ``(b, estimated units of the batch)``."""
+        n = cum.shape[0]
+        need = self._wall_need()
+        base = float(cum[done - 1]) if done else 0.0
+        if need != need:   # not calibrated yet: a small first batch
+            take = min(n - done, _FIRST_WALL_BATCH)
+        else:
+            take = int(np.searchsorted(cum[done:], base + need, "right"))
+            if take == 0:   # the first arrival alone costs more than the account: started anyway
+                take = 1
+                self._stats["max_forced"] = max(self._stats["max_forced"], float(est[done]))
+        b = done + take
+        return b, float(cum[b - 1]) - base
 
     def _emit_direct(self, x_rid, x_ts, side: int, val, y_rid, y_ts) -> None:
         """Emit the matches of direct probes (:meth:`_tick_direct`): only pairs
@@ -1130,13 +1130,9 @@ class PTJoin(PairOutput):
         while self.account > 0 and len(self.queue):
             t_start = clock() if wall else 0.0
             if wall:
-                if self._timer.n >= 3:   # what the account buys beyond a batch's fixed cost
-                    need = self._timer.units(self.account)
-                    if need < mean_cost:   # not even one entry: wait for more account
-                        break
-                else:
-                    rate = self._sec_per_unit
-                    need = self.account / rate if rate else math.nan
+                need = self._wall_need()
+                if self._timer.n >= 3 and need < mean_cost:   # not even one entry: wait for more account
+                    break
             else:
                 need = self.account
             if need != need:   # wall clock, not calibrated yet: a small first batch
@@ -1148,14 +1144,7 @@ class PTJoin(PairOutput):
             if took and est > 0:
                 mean_cost = 0.8 * mean_cost + 0.2 * est / took
             if wall:
-                dt = clock() - t_start
-                self.account -= dt
-                self._stats["probe_seconds"] += dt
-                self._stats["max_batch_work"] = max(self._stats["max_batch_work"], dt)
-                if est > 0:
-                    self._timer.add(est, dt)
-                    r = dt / est
-                    self._sec_per_unit = r if self._sec_per_unit is None else 0.7 * self._sec_per_unit + 0.3 * r
+                self._wall_batch_done(clock() - t_start, est)
         self._mean_cost = mean_cost
         if not len(self.queue):
             self._idle()
