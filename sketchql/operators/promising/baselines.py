@@ -67,22 +67,27 @@ class _Busy:
         self.clock += allowance_k
 
 
+def init_shj(op, who: str, window, streams, key, n_buckets, seed, name) -> None:
+    """The checked join parameters of a SIMPLE-SHJ (``SimpleSHJ``, ``CompiledSHJ``) set on ``op``."""
+    if not (window > 0):
+        raise SketchQLError(f"{who}: window must be > 0 seconds, got {window!r}")
+    if n_buckets is not None and (int(n_buckets) != n_buckets or n_buckets < 1):
+        raise SketchQLError(f"{who}: n_buckets must be None or a positive integer, got {n_buckets!r}")
+    op.n_buckets = None if n_buckets is None else int(n_buckets)
+    op.seed = int(seed)
+    op.window = float(window)
+    op.streams = tuple(int(s) for s in streams)
+    op.key = key
+    op.name = name
+
+
 class SimpleSHJ(PairOutput):
     """SIMPLE-SHJ on a work budget (module doc).  Same constructor shape and
     output methods as :class:`PTJoin` (``pairs``, ``result``, ``stats``)."""
 
     def __init__(self, window: float = 60.0, streams=(0, 1), key: str = "item", n_buckets: int | None = None,
                  seed: int = 0, max_backlog: float = 0.0, name: str = "simple_shj"):
-        if not (window > 0):
-            raise SketchQLError(f"SimpleSHJ: window must be > 0 seconds, got {window!r}")
-        if n_buckets is not None and (int(n_buckets) != n_buckets or n_buckets < 1):
-            raise SketchQLError(f"SimpleSHJ: n_buckets must be None or a positive integer, got {n_buckets!r}")
-        self.n_buckets = None if n_buckets is None else int(n_buckets)
-        self.seed = int(seed)
-        self.window = float(window)
-        self.streams = tuple(int(s) for s in streams)
-        self.key = key
-        self.name = name
+        init_shj(self, "SimpleSHJ", window, streams, key, n_buckets, seed, name)
         # hash bucket -> [rids, ts, start, values]
         self.tables = [defaultdict(lambda: [[], [], 0, []]) for _ in range(2)]
         self.busy = _Busy(max_backlog)

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from ...errors import SketchQLError
 from ...summaries.hashing import hash64
+from .baselines import init_shj
 from .costs import COSTS
 from .output import PairOutput
 
@@ -249,16 +249,7 @@ class CompiledSHJ(PairOutput):
 
     def __init__(self, window: float = 60.0, streams=(0, 1), key: str = "item", n_buckets: int | None = None,
                  seed: int = 0, max_backlog: float = 0.0, name: str = "compiled_shj"):
-        if not (window > 0):
-            raise SketchQLError(f"CompiledSHJ: window must be > 0 seconds, got {window!r}")
-        if n_buckets is not None and (int(n_buckets) != n_buckets or n_buckets < 1):
-            raise SketchQLError(f"CompiledSHJ: n_buckets must be None or a positive integer, got {n_buckets!r}")
-        self.n_buckets = None if n_buckets is None else int(n_buckets)
-        self.seed = int(seed)
-        self.window = float(window)
-        self.streams = tuple(int(s) for s in streams)
-        self.key = key
-        self.name = name
+        init_shj(self, "CompiledSHJ", window, streams, key, n_buckets, seed, name)
         self.max_backlog = float(max_backlog)
         self.busy = np.zeros(2, np.float64)        # [clock, busy_until]
         self.wall = False
