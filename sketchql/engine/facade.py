@@ -17,6 +17,7 @@ from ..planner.plan import Plan, StreamStats, instantiate, plan_query, promising
 from ..planner.semantic import analyze
 from .batches import _validate
 from .control_tables import ControlTables
+from .heap import keep_freed_heap
 from .index_adapter import _build_indexes
 from .query import Query
 from .streams import StreamHandle
@@ -36,6 +37,7 @@ class Engine:
     """
 
     def __init__(self, seed: int = 0):
+        keep_freed_heap()              # per-batch temporaries are reused, not faulted in again (engine.heap)
         self.catalog = Catalog()
         self.seed = int(seed)
         self._streams: dict[str, StreamHandle] = {}
