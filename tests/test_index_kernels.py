@@ -416,7 +416,7 @@ def test_kernels_release_the_gil_and_threaded_indexes_equal_sequential():
     from sketchql.index import cellscan
     entry = ("_hash_into", "probe_kview", "_match_regions", "seg_append", "seg_relayout", "pyramid_ranges",
              "scan_window_emit", "row_norms_into", "row_median_into", "thresholds", "concat_perm", "refresh_f2",
-             "refresh_gran", "adaptive_checks")
+             "refresh_gran", "adaptive_checks", "sketch_add")
     for name in entry:
         assert getattr(kernels, name).targetoptions.get("nogil") is True, name
     compiled = [f for f in vars(cellscan).values() if hasattr(f, "targetoptions")]
@@ -488,3 +488,47 @@ def test_many_probes_of_few_keys_equal_reference(structure):
         hi = rng.uniform(t[a] - 5, t[min(a + 499, n - 1)] + 1, P)
         lo = hi - rng.uniform(5, 45, P)
         assert_same(ix.probe_many(keys, lo, hi, fade=0.8, with_regions=True), reference(ix, keys, lo, hi), structure)
+
+
+# ---------------------------------------------------------------- ingest: in-place sketch updates
+@pytest.mark.parametrize("structure", ["T3", "T4"])
+def test_sketch_add_in_place_equals_numpy_deltas_and_recount(structure, monkeypatch):
+    """``kernels.sketch_add`` (per tuple, in place, row norms updated exactly) builds the same pyramid
+    as the numpy sparse deltas (batches below B w / 4 tuples; larger ones are dense deltas either way): same store, same row norms,
+    same bytes; and every leaf equals a count sketch recounted from its zone's tuples, every inner
+    node the sum of its leaves, every row norm the squared norm of its row."""
+    from sketchql.index import ingest_side
+    v, t = zipf_drift(20000, rate=200.0, n_items=300, drift_every=20, seed=9)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    built = []
+    for sparse in (True, False):
+        monkeypatch.setattr(ingest_side, "SPARSE_KERNEL", sparse)
+        ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=16, w=64, d=5, check_every=64))
+        rng = np.random.default_rng(4)
+        a = 0
+        while a < len(v):          # (the kernel takes the batches below B w / 4 = 256 tuples)
+            sizes = [1, 7, 100, 250] + ([2500, 6000] if a < len(v) - 8000 else [])   # small ones last
+            b = min(len(v), a + int(rng.choice(sizes)))
+            ix.ingest(v[a:b], t[a:b])
+            a = b
+            for g in ix.grans:      # clean norms (a dense add marks them for recomputation)
+                g.f2_nodes()
+        built.append(ix)
+    a, b = built
+    assert a.to_bytes() == b.to_bytes()
+    for g, h in zip(a.grans, b.grans):
+        assert np.array_equal(g.store, h.store)
+        assert np.array_equal(g.rownorm, h.rownorm) and np.array_equal(g._f2, h._f2)
+    ix = a
+    B, d, w = ix._shape
+    for g in ix.grans:
+        assert np.array_equal(g.rownorm, np.einsum("nbdw,nbdw->nbd", g.store, g.store))
+        for slot, z in enumerate(g.slots):
+            want = np.zeros((B, d, w), dtype=np.int64)
+            if z is not None and z.n:
+                vals, _, _ = z.all_tuples()
+                bk, idx, sgn = ix._hash(vals)
+                np.add.at(want.reshape(-1), (idx + (bk * d * w)[None, :]).ravel(), sgn.ravel())
+            assert np.array_equal(g.levels[0][slot], want)
+        for l in range(1, len(g.levels)):
+            assert np.array_equal(g.levels[l], g.levels[l - 1][0::2] + g.levels[l - 1][1::2])

@@ -33,7 +33,13 @@ class IngestSide:
             g.append_switches += 1
         if self._sketch:
             B, d, w = self._shape
-            if 4 * (b - a) * d < B * d * w:
+            small = 4 * (b - a) * d < B * d * w
+            if small and kernels.ENABLED and SPARSE_KERNEL:
+                # small batch, compiled: in place, per tuple, row norms kept exact (no temporaries)
+                c = np.ascontiguousarray
+                g.add_tuples(z.slot, c(bucket, dtype=np.int64), c(idx, dtype=np.int64), c(sgn, dtype=np.int64),
+                             a, b)
+            elif small:
                 # small batch: touch only the counters it changes (and their row norms)
                 flat = (idx[:, a:b] + (bucket[a:b] * (d * w))[None, :]).ravel()
                 u, inv = np.unique(flat, return_inverse=True)
@@ -186,6 +192,8 @@ class IngestSide:
         self.counters["rejected"] += nrej
         for k, v in reasons.items():
             self.counters[k] += v
+        if EAGER_VIEW and n and self._kview is not None:
+            self._kernel_view()
         dt = time.perf_counter() - t0
         self.counters["ingest_seconds"] += dt
         return IngestReport(received=n, accepted=n - nrej, rejected=nrej, reasons=reasons,
@@ -445,6 +453,12 @@ class IngestSide:
         self._collapse_due(int(math.floor(now / self.decl.granularity)))
         return self.counters["collapses"] - c0
 
+
+EAGER_VIEW = False
+
+#: small batches' sketch updates through :func:`kernels.sketch_add` (in place, per tuple); False: numpy
+#: sparse deltas (large batches use a dense numpy delta either way: faster per tuple at 10k tuples)
+SPARSE_KERNEL = True
 
 #: the compiled confidence checks of T4's adaptive insert (:func:`kernels.adaptive_checks`); False: the numpy block
 COMPILED_CHECKS = True

@@ -823,6 +823,8 @@ def warm_up() -> None:
                  np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
     thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
     concat_perm(np.zeros((1, 2), dtype=np.int64))
+    sketch_add(np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(), z, z.reshape(1, 1),
+               z.reshape(1, 1) + 1, 0, 1, 1)
     _WARM = True
 
 
@@ -841,125 +843,154 @@ def _row_median(x):
 def adaptive_checks(idx, bucket, sgn, pos, lim, lens, w, W, total, pending, n_total, n_pending, C, theta):
     """The confidence checks of one run of T4's adaptive G1 insert (the numpy
     block of :meth:`~sketchql.index.ingest_side.IngestSide._insert_adaptive`, same arithmetic): the
-    segment sketches ``S[s]`` of the run's check segments ``lens`` (detector
-    columns ``(idx - r w + bucket w) mod W``), the zone's history ``H[s]`` and
-    recent window ``R[s]`` at each check, the confidence of the valid checks
-    and the first check below ``theta``.  Every sum is of integer-valued
-    float64 (exact below 2^53), so the order of the sums does not matter and
-    the result equals the numpy block's bit for bit.
+    segment sketches ``R_s`` of the run's check segments ``lens`` (detector
+    columns ``(idx - r w + bucket w) mod W``; ``R_0`` includes the zone's
+    pending sketch), the zone's history ``H_s = total - pending + R_0 + ... +
+    R_{s-1}`` at each check, the confidence of the valid checks and the first
+    check below ``theta``.
+
+    Checks are evaluated one after the other and stop at the cut, on one
+    running history ``H`` and one segment scratch ``R`` (d x W each): per row,
+    ``ip = <H_s, R_s>`` and ``||R_s||^2`` are sums over the entries the segment
+    touched (every entry for s = 0, which holds the pending sketch), and
+    ``||H_{s+1}||^2 = ||H_s||^2 + 2 ip + ||R_s||^2`` (the numpy block's F2 of
+    the zone after the check).  Every value is an integer-valued float64
+    (exact below 2^53), so these sums equal the numpy block's dense ones bit
+    for bit whatever their order.  (The dense version kept every segment's
+    S and H: ~80 KB per check written per ingest, 0.7 MB for a 500-tuple
+    run, which evicted the probe's data from the 1 MB L2 between ingest and
+    probe.)
 
     Returns ``(cut, found, has_conf, conf_cut, new_total, new_pending,
     n_total_after, n_pending_after)`` (``new_pending`` is all zeros when the
     cut check completed a segment)."""
     d = idx.shape[0]
     nseg = lens.shape[0]
-    S = np.zeros((nseg, d, W))
-    k = pos
-    for s in range(nseg):
-        for _ in range(lens[s]):
-            bw = bucket[k] * w
-            for r in range(d):
-                col = (idx[r, k] - r * w + bw) % W
-                S[s, r, col] += sgn[r, k]
-            k += 1
-    for r in range(d):
-        for j in range(W):
-            S[0, r, j] += pending[r, j]
-    npend = np.empty(nseg, np.int64)
-    n_after = np.empty(nseg, np.int64)
+    DW = d * W
+    any_valid = False
+    npd = n_pending
     acc = n_total
     for s in range(nseg):
-        npend[s] = lens[s] + (n_pending if s == 0 else 0)
+        npd = lens[s] + (n_pending if s == 0 else 0)
         acc += lens[s]
-        n_after[s] = acc
+        if npd >= C and acc - npd >= C:
+            any_valid = True
+    H = np.empty(DW)                      # running history, flat (row r, column c) -> r W + c
+    R = np.empty(DW)                      # the current segment (entries valid where mark == s + 1)
+    mark = np.zeros(DW, np.int32)
+    touched = np.empty(max(DW, (lens.max() if nseg else 0) * d), np.int64)
+    hn = np.zeros(d)                      # ||H_s||^2 per row
+    ip = np.zeros(d)
+    f2r = np.zeros(d)
+    f2t = np.zeros(d)
+    for r in range(d):
+        a = 0.0
+        for j in range(W):
+            h = total[r, j] - pending[r, j]
+            H[r * W + j] = h
+            R[r * W + j] = pending[r, j]
+            mark[r * W + j] = 1
+            touched[r * W + j] = r * W + j
+            a += h * h
+        hn[r] = a
     cut = nseg - 1
     found = False
     has_conf = False
     conf_cut = 0.0
-    any_valid = False
+    last_valid_conf = 0.0
+    k = pos
+    n_after = n_total
+    npend = 0
+    nt = DW
     for s in range(nseg):
-        if npend[s] >= C and n_after[s] - npend[s] >= C:
-            any_valid = True
+        stamp = s + 1
+        if s > 0:
+            nt = 0
+        for _ in range(lens[s]):
+            bw = bucket[k] * w
+            for r in range(d):
+                p = r * W + (idx[r, k] - r * w + bw) % W
+                if mark[p] != stamp:
+                    mark[p] = stamp
+                    R[p] = 0.0
+                    touched[nt] = p
+                    nt += 1
+                R[p] += sgn[r, k]
+            k += 1
+        npend = lens[s] + (n_pending if s == 0 else 0)
+        n_after += lens[s]
+        valid = npend >= C and n_after - npend >= C
+        if any_valid:
+            for r in range(d):
+                ip[r] = 0.0
+                f2r[r] = 0.0
+            for i in range(nt):
+                p = touched[i]
+                r = p // W
+                x = R[p]
+                ip[r] += H[p] * x
+                f2r[r] += x * x
+        for i in range(nt):
+            p = touched[i]
+            H[p] += R[p]
+        if not any_valid:
+            continue
+        for r in range(d):
+            f2t[r] = hn[r] + 2.0 * ip[r] + f2r[r]
+        ipm = _row_median(ip)
+        f2hm = _row_median(hn)
+        f2rm = _row_median(f2r)
+        f2tm = _row_median(f2t)
+        for r in range(d):
+            hn[r] = f2t[r]
+        nh = float(n_after - npend)
+        nr = float(npend)
+        ah = (f2hm - nh) / (nh * (nh - 1))
+        ar = (f2rm - nr) / (nr * (nr - 1))
+        if ah > 0 and ar > 0 and nh > 1 and nr > 1:
+            rho = (ipm / (nh * nr)) / np.sqrt(np.abs(ah * ar))
+        else:
+            rho = 1.0
+        sconf = 1.0 - min(1.0, np.sqrt(max(f2tm, 0.0) / W) / float(n_after))
+        rc = min(max(rho, 0.0), 1.0)
+        conf = min(rc, sconf)
+        if valid:
+            last_valid_conf = conf
+            if conf < theta:
+                cut = s
+                found = True
+                conf_cut = conf
+                break
     if any_valid:
-        H = np.empty((nseg, d, W))
-        for r in range(d):
-            for j in range(W):
-                H[0, r, j] = total[r, j] - pending[r, j]
-        for s in range(1, nseg):
-            for r in range(d):
-                for j in range(W):
-                    H[s, r, j] = H[s - 1, r, j] + S[s - 1, r, j]
-        ip = np.zeros((nseg, d))
-        f2h = np.zeros((nseg, d))
-        f2r = np.zeros((nseg, d))
-        f2t = np.zeros((nseg, d))
-        for s in range(nseg):
-            for r in range(d):
-                a = 0.0
-                b = 0.0
-                c = 0.0
-                for j in range(W):
-                    h = H[s, r, j]
-                    x = S[s, r, j]
-                    a += h * x
-                    b += h * h
-                    c += x * x
-                ip[s, r] = a
-                f2h[s, r] = b
-                f2r[s, r] = c
-        for s in range(nseg - 1):
-            for r in range(d):
-                f2t[s, r] = f2h[s + 1, r]
-        for r in range(d):
-            e = 0.0
-            for j in range(W):
-                x = H[nseg - 1, r, j] + S[nseg - 1, r, j]
-                e += x * x
-            f2t[nseg - 1, r] = e
-        last_valid_conf = 0.0
-        for s in range(nseg):
-            ipm = _row_median(ip[s])
-            f2hm = _row_median(f2h[s])
-            f2rm = _row_median(f2r[s])
-            f2tm = _row_median(f2t[s])
-            nh = float(n_after[s] - npend[s])
-            nr = float(npend[s])
-            ah = (f2hm - nh) / (nh * (nh - 1))
-            ar = (f2rm - nr) / (nr * (nr - 1))
-            if ah > 0 and ar > 0 and nh > 1 and nr > 1:
-                rho = (ipm / (nh * nr)) / np.sqrt(np.abs(ah * ar))
-            else:
-                rho = 1.0
-            sconf = 1.0 - min(1.0, np.sqrt(max(f2tm, 0.0) / W) / float(n_after[s]))
-            rc = min(max(rho, 0.0), 1.0)
-            conf = min(rc, sconf)
-            valid = npend[s] >= C and n_after[s] - npend[s] >= C
-            if valid:
-                last_valid_conf = conf
-                if not found and conf < theta:
-                    cut = s
-                    found = True
-                    conf_cut = conf
+        has_conf = True
         if not found:   # cut = the last check: its own conf if valid, else the last valid one's
             conf_cut = last_valid_conf
-        has_conf = True
-        new_total = np.empty((d, W))
-        for r in range(d):
-            for j in range(W):
-                new_total[r, j] = H[cut, r, j] + S[cut, r, j]
-    else:
-        new_total = np.empty((d, W))
-        for r in range(d):
-            for j in range(W):
-                t = total[r, j]
-                for s in range(nseg):
-                    t += S[s, r, j]
-                new_total[r, j] = t - pending[r, j]
+    new_total = H.reshape((d, W))
     new_pending = np.zeros((d, W))
     n_pend_after = 0
-    if npend[cut] < C:
+    if npend < C:                         # (only the last segment of a run can be incomplete)
+        for i in range(nt):
+            p = touched[i]
+            new_pending[p // W, p % W] = R[p]
+        n_pend_after = npend
+    return cut, found, has_conf, conf_cut, new_total, new_pending, n_after, n_pend_after
+
+
+@numba.njit(cache=True, nogil=True)
+def sketch_add(store, rownorm, path, bucket, idx, sgn, a, b, w):
+    """Add tuples ``a..b-1`` to the count sketches of the pyramid nodes ``path`` (a leaf and its
+    ancestors), in place: per tuple k and row r, ``store[p, bucket_k, r, idx[r, k] - r w] +=
+    sgn[r, k]`` and the row norm kept exact, ``||t + v||^2 = ||t||^2 + (2 t_c + v) v``.  Equal
+    to adding the batch's summed delta (the counters are int64 and the norm updates telescope),
+    without the delta's temporaries.  ``store`` (n_nodes, B, d, w), ``rownorm`` (n_nodes, B, d)."""
+    d = idx.shape[0]
+    for k in range(a, b):
+        bk = bucket[k]
         for r in range(d):
-            for j in range(W):
-                new_pending[r, j] = S[cut, r, j]
-        n_pend_after = npend[cut]
-    return cut, found, has_conf, conf_cut, new_total, new_pending, n_after[cut], n_pend_after
+            c = idx[r, k] - r * w
+            v = sgn[r, k]
+            for i in range(path.shape[0]):
+                p = path[i]
+                x = store[p, bk, r, c]
+                rownorm[p, bk, r] += (2 * x + v) * v
+                store[p, bk, r, c] = x + v

@@ -218,6 +218,15 @@ class Granularity:
         self._f2_stale[p] = True
         self.version += 1
 
+    def add_tuples(self, slot: int, bucket: np.ndarray, idx: np.ndarray, sgn: np.ndarray, a: int, b: int) -> None:
+        """Add tuples ``a..b-1`` of a hashed batch (``bucket`` (n,), ``idx`` (d, n) flat ``r w + col``,
+        ``sgn`` (d, n)) to a leaf and its ancestors in place (:func:`kernels.sketch_add`): the same
+        counters and exact row norms as :meth:`add_sparse` of the batch's summed delta, without
+        building it (no (B, d, w) delta, no unique/bincount temporaries)."""
+        kernels.sketch_add(self.store, self.rownorm, self.path(slot), bucket, idx, sgn, a, b, self.shape[2])
+        self._f2_stale[self.path(slot)] = True
+        self.version += 1
+
     def remove(self, slot: int) -> None:
         """Subtract a leaf from its ancestors (expiry) and zero it."""
         self.sversion += 1
