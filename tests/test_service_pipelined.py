@@ -262,3 +262,33 @@ def test_a_cancelled_request_keeps_its_turn_until_its_admission_is_over():
     finally:
         gate.set()
         ing.close()
+
+
+def test_producer_window_max_producers_and_batches_per_request_flags():
+    b = make_batches(6, 10, seed=8)
+    srv = Server(None, ["--no-demo", "--producer-window", "2", "--max-producers", "2", "--max-batches-per-request",
+                        "2", "--max-sequence-wait", "3"])
+    try:
+        srv.wait_ready()
+        lim = srv.client.get("/limits").json()
+        assert (lim["producer_window"], lim["max_producers"], lim["max_batches_per_request"]) == (2, 2, 2)
+        assert srv.client.post("/streams", json={"sql": DDL}).status_code == 201
+        t = time.monotonic()
+        r = srv.client.post("/streams/S/batches", content=arrow_body(b[0]), headers=_headers("w", 2))
+        assert r.status_code == 409 and "producer_window=2" in r.json()["error"]["message"]
+        assert time.monotonic() - t < 2                          # refused at once, not after the 3 s wait
+        r = srv.client.post("/streams/S/batches", content=arrow_body(b[0]), headers=_headers("w", 0))
+        assert r.status_code == 200
+        # a third producer evicts the least recently used idle one ("w"): its next batch waits for a 0
+        for i, p in enumerate(("x", "y")):
+            assert srv.client.post("/streams/S/batches", content=arrow_body(b[1 + i]),
+                                   headers=_headers(p, 0)).status_code == 200
+        r = srv.client.post("/streams/S/batches", content=arrow_body(b[3]), headers=_headers("w", 1))
+        assert r.status_code == 409 and r.json()["error"]["expected"] == 0
+        assert srv.client.get("/health").json()["producers"]["evicted"] >= 1
+    finally:
+        srv.stop()
+    for flag in ("--producer-window", "--max-producers", "--max-batches-per-request"):
+        bad = Server(None, ["--no-demo", flag, "0"])
+        assert bad.proc.wait(120) != 0 and f"{flag} must be >= 1" in bad.output()
+        bad.stop()

@@ -465,7 +465,8 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         # the receipt as is (the model documents it; its optional fields appear only when they apply)
         return JSONResponse(await ingest.ingest(
             name, lambda limit: read_body(request, limit), request.headers.get("content-type"),
-            (request.headers.get("x-producer-id"), request.headers.get("x-producer-seq"))))
+            (request.headers.get("x-producer-id"), request.headers.get("x-producer-seq")),
+            request.headers.get("x-arrow-batches")))
 
     @app.post("/streams/{name}/heartbeat", tags=["streams"], response_model=M.HeartbeatReceipt, responses=_ERR)
     async def heartbeat(name: str, body: M.Heartbeat):

@@ -79,8 +79,14 @@ def _cmd_serve(args) -> int:
     roots = tuple(os.path.abspath(r) for r in (args.summary_root or ())) or None
     if not args.max_sequence_wait > 0:
         return fail(f"--max-sequence-wait must be > 0 seconds, got {args.max_sequence_wait}")
+    for flag, v in (("--producer-window", args.producer_window), ("--max-producers", args.max_producers),
+                    ("--max-batches-per-request", args.max_batches_per_request)):
+        if v < 1:
+            return fail(f"{flag} must be >= 1, got {v}")
     limits = Limits(max_retained_rows=args.result_buffer_rows, max_time_jump=args.max_time_jump,
-                    summary_roots=roots, max_sequence_wait_s=args.max_sequence_wait)
+                    summary_roots=roots, max_sequence_wait_s=args.max_sequence_wait,
+                    producer_window=args.producer_window, max_producers=args.max_producers,
+                    max_batches_per_request=args.max_batches_per_request)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
     try:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
@@ -135,6 +141,14 @@ def register(subparsers) -> None:
     p.add_argument("--max-sequence-wait", type=float, default=10.0, metavar="SECONDS",
                    help="pipelined ingest: how long a producer's batch waits for the ones before it before a 409 "
                         "sequence_gap (default 10)")
+    p.add_argument("--producer-window", type=int, default=64, metavar="N",
+                   help="pipelined ingest: how far ahead of its producer's next expected number a batch may be "
+                        "(further: 409 at once; default 64)")
+    p.add_argument("--max-producers", type=int, default=10_000, metavar="N",
+                   help="pipelined ingest: producer ids remembered; past it the least recently used idle one is "
+                        "forgotten (default 10000)")
+    p.add_argument("--max-batches-per-request", type=int, default=64, metavar="N",
+                   help="record batches of one X-Arrow-Batches: each request (default 64)")
     p.add_argument("--result-buffer-rows", type=int, default=200_000,
                    help="result rows kept per query for cursor reads and SSE (default 200000)")
     p.add_argument("--checkpoint-every-tuples", type=int, default=1_000_000,

@@ -302,6 +302,65 @@ def _parse_arrow(body: bytes, schema, max_rows: int, seen):
         raise ApiError(400, "bad_batch", f"stream {where}: cannot read the Arrow IPC stream ({exc})",
                        stream=where) from None
     seen[0] = table.num_rows
+    return _arrow_columns(table, schema, max_rows)
+
+
+def parse_arrow_batches(body: bytes, schema, max_rows: int, max_batches: int):
+    """Each record batch of an Arrow IPC stream as its own batch (``X-Arrow-Batches: each``): the list
+    of ``(columns, n_rows)``, in stream order, each with the checks of :func:`parse_batch` (and
+    ``max_rows`` each); at most ``max_batches`` of them.  A refused one is reported with its position
+    (``batch_index``); the error's ``rows_seen`` counts every row of the stream.
+
+    >>> import pyarrow as pa
+    >>> from sketchql.planner.catalog import Schema
+    >>> sch = Schema("S", {"k": "int", "ts": "float"}, "ts")
+    >>> sink = pa.BufferOutputStream()
+    >>> t = pa.table({"k": [1, 2, 3], "ts": [0.5, 1.0, 2.0]})
+    >>> with pa.ipc.new_stream(sink, t.schema) as w:
+    ...     w.write_table(t, max_chunksize=2)
+    >>> [(n, c["k"].tolist()) for c, n in parse_arrow_batches(sink.getvalue().to_pybytes(), sch, 10, 4)]
+    [(2, [1, 2]), (1, [3])]
+    """
+    import pyarrow as pa
+
+    where = schema.name
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(body))
+        batches = list(reader)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+        raise ApiError(400, "bad_batch", f"stream {where}: cannot read the Arrow IPC stream ({exc})",
+                       stream=where) from None
+    rows = sum(b.num_rows for b in batches)
+    if len(batches) > max_batches:
+        err = limit_exceeded(413, "max_batches_per_request", len(batches), max_batches,
+                             "record batches in one request (X-Arrow-Batches: each)")
+        err.rows_seen = rows
+        raise err
+    out = []
+    for i, b in enumerate(batches):
+        try:
+            out.append(_arrow_columns(pa.Table.from_batches([b], reader.schema), schema, max_rows))
+        except ApiError as exc:
+            raise batch_error(exc, i, rows)
+    return out
+
+
+def batch_error(exc: ApiError, index: int, rows_seen=None) -> ApiError:
+    """``exc`` of one record batch of an ``X-Arrow-Batches: each`` request, said with its position."""
+    exc.message = f"{exc.message} (record batch {index} of the request; none of its batches was admitted)"
+    exc.args = (exc.message,)
+    exc.fields["batch_index"] = index
+    if rows_seen is not None:
+        exc.rows_seen = rows_seen
+    return exc
+
+
+def _arrow_columns(table, schema, max_rows: int):
+    """The checked numpy columns of one Arrow table (see :func:`_parse_arrow`) and its row count."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = schema.name
     _check_rows(table.num_rows, max_rows)
     names = _resolve(schema, table.schema.names, where)
     cols = {}

@@ -45,7 +45,9 @@ class Limits:
     * ``producer_window``: how many batches a producer's batch may be ahead of
       its next expected one (409 beyond);
     * ``max_sequence_wait_s``: how long a producer's batch waits for the batches
-      before it (409 ``sequence_gap`` after).
+      before it (409 ``sequence_gap`` after);
+    * ``max_batches_per_request``: record batches of one ``X-Arrow-Batches: each``
+      request (each is its own batch; ``max_batch_rows`` applies to each).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -64,6 +66,7 @@ class Limits:
     max_producers: int = 10_000
     producer_window: int = 64
     max_sequence_wait_s: float = 10.0
+    max_batches_per_request: int = 64
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -84,6 +84,12 @@ class DdlReceipt(_Resp):
     created: List[str]
 
 
+class BatchPart(_Resp):
+    """One record batch of an ``X-Arrow-Batches: each`` request."""
+    accepted: int
+    clock: Optional[float]
+
+
 class BatchReceipt(_Resp):
     """The batch is applied and (with a data directory) on disk."""
     stream: str
@@ -94,6 +100,8 @@ class BatchReceipt(_Resp):
     sequence: Optional[int] = Field(None, description="X-Producer-Seq of a pipelined batch")
     duplicate: Optional[bool] = Field(None, description="true: this sequence number was already admitted; "
                                       "nothing was applied again (accepted 0)")
+    batches: Optional[list[BatchPart]] = Field(None, description="X-Arrow-Batches: each -- every record batch's "
+                                               "own receipt, in stream order (accepted: the total)")
 
 
 class HeartbeatReceipt(_Resp):

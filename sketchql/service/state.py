@@ -363,7 +363,80 @@ class ServiceState:
             out["producer"], out["sequence"] = producer
         return out
 
-    def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None, producer=None):
+    def admit_many(self, name: str, parsed: list, raw: bytes, block: bool = True, producer=None):
+        """:meth:`admit` for the record batches of one ``X-Arrow-Batches: each`` request, all or nothing:
+        ``parsed`` = ``[(columns, n), ...]`` in stream order; each is checked like a batch of its own
+        against the clock the stream will have after the ones before it; if every one passes, the body
+        is logged once (one record, replayed as the same batches) and queued as one item whose batches
+        the apply thread pushes one by one (each its own :meth:`Engine.push`).  A refused one refuses
+        the request (:class:`ApiError` with ``batch_index``; nothing logged or queued).  The receipt has
+        the total ``accepted``, the clock after the last batch and ``batches``: each one's ``accepted``
+        and ``clock``.  :attr:`BUSY` as in :meth:`admit`."""
+        if not block:
+            if not self.admit_lock.acquire(blocking=False):
+                self.applier.busy["locked"] += 1
+                return self.BUSY
+            if self.applier.pending >= self.applier.max_pending:
+                try:
+                    self._checked_many(name, parsed)
+                finally:
+                    self.admit_lock.release()
+                self.applier.busy["full"] += 1
+                return self.BUSY
+        else:
+            self.admit_lock.acquire()
+        try:
+            return self._admit_many(name, parsed, raw, producer)
+        finally:
+            self.admit_lock.release()
+
+    def _checked_many(self, name, parsed):
+        """``(schema, handle, [(validated Batch, n, clock after it), ...])`` (see :meth:`admit_many`)."""
+        from .ingest import batch_error
+
+        schema = self._schema(name)
+        if schema.is_table or self.engine.input_buffered(schema.name):
+            what = "a table" if schema.is_table else "a stream with a slack buffer (applied before the answer)"
+            raise ApiError(400, "bad_request", f"{schema.name} is {what}: send one batch per request there "
+                           f"(X-Arrow-Batches: each is for streams)", stream=schema.name)
+        h = self.engine.stream(schema.name)
+        prev = self._admit_clock.get(schema.name.lower())
+        clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
+        total = sum(n for _, n in parsed)
+        out = []
+        for i, (columns, n) in enumerate(parsed):
+            try:
+                self._check_jump(schema, columns, total, clock)       # counts the request's rows if refused
+                b = self.engine.validate(schema.name, columns, clock)
+            except ApiError as exc:
+                raise batch_error(exc, i) from None
+            except SketchQLError as exc:
+                h.rejected_batches += len(parsed)
+                self._count_reject(schema.name, total, "late" if type(exc).__name__ == "LateTupleError" else "invalid")
+                raise batch_error(from_exception(exc, stream=schema.name), i) from None
+            if len(b):
+                clock = max(clock, float(b.ts[-1]))
+            out.append((b, n, clock))
+        return schema, h, out
+
+    def _admit_many(self, name, parsed, raw, producer=None):
+        schema, h, checked = self._checked_many(name, parsed)
+        total = sum(n for _, n, _ in checked)
+        seq = self._log_push(schema.name, None, total, raw, producer, each=len(checked))
+        prev = self._admit_clock.get(schema.name.lower())
+        clock = checked[-1][2] if checked else (max(h.clock, prev[1]) if prev is not None and prev[0] is h
+                                                 else h.clock)
+        self._admit_clock[schema.name.lower()] = (h, clock)
+        number = self.applier.put(_AdmittedGroup(schema.name, [(b, n) for b, n, _ in checked], total, seq))
+        out = {"stream": schema.name, "accepted": total, "clock": json_number(clock), "seq": seq,
+               "apply_number": number,
+               "batches": [{"accepted": n, "clock": json_number(c)} for _, n, c in checked]}
+        if producer is not None:
+            self.producers.record(producer[0], producer[1], seq, number)
+            out["producer"], out["sequence"] = producer
+        return out
+
+    def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None, producer=None, each=None):
         """Log one batch (the Arrow body as it came, else the encoded columns) with its producer id and
         sequence number if it has them; None when not logging."""
         from .durability import encode_columns
@@ -371,6 +444,8 @@ class ServiceState:
         if self.store is None or self.replaying:
             return None
         meta = {"stream": stream, "format": "arrow" if raw is not None else "columns"}
+        if each is not None:
+            meta["each"] = int(each)          # the Arrow stream's record batches are so many batches
         if producer is not None:
             meta["producer"], meta["pseq"] = producer
         return self.store.append("push", meta, raw if raw is not None else encode_columns(columns), n)
@@ -378,8 +453,13 @@ class ServiceState:
     def _apply_admitted(self, item) -> None:
         """The apply thread's work for one admitted batch (engine lock held)."""
         t0 = time.perf_counter()
-        self.engine.push(item.stream, item.columns, validated=item.validated)
-        self._collect_all()
+        if isinstance(item, _AdmittedGroup):
+            for b, _ in item.batches:             # each its own push, as if it had come alone
+                self.engine.push(item.stream, b, validated=True)
+                self._collect_all()
+        else:
+            self.engine.push(item.stream, item.columns, validated=item.validated)
+            self._collect_all()
         self.replay_cost_s += time.perf_counter() - t0
 
     def _apply_failed(self, item, exc) -> None:
@@ -936,12 +1016,18 @@ class ServiceState:
         if op.kind == "push":
             if "producer" in m:              # its number is consumed (it was acknowledged) even if replay fails
                 self.producers.record(m["producer"], int(m["pseq"]), op.seq)
-            if m.get("format") == "arrow":
-                from .ingest import ARROW_TYPES, parse_batch
-                cols, _ = parse_batch(op.payload, ARROW_TYPES[0], self._schema(m["stream"]), 1 << 62)
+            if m.get("each") is not None:     # X-Arrow-Batches: each -- so many pushes, in order
+                from .ingest import parse_arrow_batches
+                for cols, _ in parse_arrow_batches(op.payload, self._schema(m["stream"]), 1 << 62, 1 << 62):
+                    self.engine.push(m["stream"], cols)
+                    self._collect_all()
             else:
-                cols = decode_columns(op.payload)
-            self.engine.push(m["stream"], cols)
+                if m.get("format") == "arrow":
+                    from .ingest import ARROW_TYPES, parse_batch
+                    cols, _ = parse_batch(op.payload, ARROW_TYPES[0], self._schema(m["stream"]), 1 << 62)
+                else:
+                    cols = decode_columns(op.payload)
+                self.engine.push(m["stream"], cols)
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
@@ -980,6 +1066,18 @@ class _Admitted:
 
     def describe(self) -> str:
         return f"stream {self.stream}, {self.n} rows, log seq {self.seq}"
+
+
+class _AdmittedGroup:
+    """The admitted record batches of one ``X-Arrow-Batches: each`` request (one log record), pushed
+    one by one by the apply thread."""
+    __slots__ = ("stream", "batches", "n", "seq")
+
+    def __init__(self, stream, batches, n, seq):
+        self.stream, self.batches, self.n, self.seq = stream, batches, n, seq
+
+    def describe(self) -> str:
+        return f"stream {self.stream}, {len(self.batches)} batches, {self.n} rows, log seq {self.seq}"
 
 
 def _clean(x, drop=()):
