@@ -192,8 +192,6 @@ class IngestSide:
         self.counters["rejected"] += nrej
         for k, v in reasons.items():
             self.counters[k] += v
-        if EAGER_VIEW and n and self._kview is not None:
-            self._kernel_view()
         dt = time.perf_counter() - t0
         self.counters["ingest_seconds"] += dt
         return IngestReport(received=n, accepted=n - nrej, rejected=nrej, reasons=reasons,
@@ -453,8 +451,6 @@ class IngestSide:
         self._collapse_due(int(math.floor(now / self.decl.granularity)))
         return self.counters["collapses"] - c0
 
-
-EAGER_VIEW = False
 
 #: small batches' sketch updates through :func:`kernels.sketch_add` (in place, per tuple); False: numpy
 #: sparse deltas (large batches use a dense numpy delta either way: faster per tuple at 10k tuples)

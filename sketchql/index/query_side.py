@@ -713,10 +713,14 @@ class QuerySide:
         for _, z in self._live():
             if z.n == 0 or z.max_ts <= tf or z.min_ts > tt:
                 continue
-            v, t, r = z.all_tuples()
+            c = z.compact()
+            v, t, r = c.values, c.ts, c.rids
             work += len(t)
             if z.min_ts > tf and z.max_ts <= tt:
                 vs.append(v), ts_.append(t), rs.append(r)
+            elif c.ts_sorted():              # (one bucket, in order: T1's zones) the window is a slice
+                i, j = t.searchsorted(tf, side="right"), t.searchsorted(tt, side="right")
+                vs.append(v[i:j]), ts_.append(t[i:j]), rs.append(r[i:j])
             else:
                 m = (t > tf) & (t <= tt)
                 vs.append(v[m]), ts_.append(t[m]), rs.append(r[m])

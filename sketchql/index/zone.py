@@ -27,10 +27,19 @@ def _small(b: np.ndarray, n_buckets: int) -> np.ndarray:
 
 
 class Chunk:
-    __slots__ = ("values", "ts", "rids", "offsets")
+    __slots__ = ("values", "ts", "rids", "offsets", "_ts_sorted")
 
     def __init__(self, values, ts, rids, offsets):
         self.values, self.ts, self.rids, self.offsets = values, ts, rids, offsets
+        self._ts_sorted = None
+
+    def ts_sorted(self) -> bool:
+        """Whether ``ts`` is non-decreasing (computed once: a chunk's arrays are never modified)."""
+        s = self._ts_sorted
+        if s is None:
+            t = self.ts
+            s = self._ts_sorted = bool(len(t) < 2 or (t[1:] >= t[:-1]).all())
+        return s
 
     @property
     def n(self) -> int:
