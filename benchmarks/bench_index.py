@@ -211,6 +211,52 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   at the measured loads.  Bench after this follow-up (no code change): 6k
   T1 scan 14.3 / 14.3, T4 4.2 / 3.8 ns per output, t_hit_ratio_6k 3.44 /
   3.75 (CPU 3.45 / 3.75) at load ~3 / ~1.6; bound 15.65 / 11.31.
+  Fourth follow-up (the ingest side, and where the in-situ penalty comes
+  from; variants interleaved run by run in one process, min over 7-8 runs
+  of the bench's 6k sequence unless said otherwise, loads 1-5): (8) a
+  leaner T4 ingest: the adaptive confidence checks run check after check
+  on one running history and one segment scratch (the dense version wrote
+  every segment's S and H, ~80 KB per check, ~0.7 MB per 500-tuple run),
+  and small batches' sketch updates are made in place per tuple
+  (``kernels.sketch_add``, row norms exact) instead of unique/bincount
+  deltas; same bytes.  Both ingests of a 6k batch: 14.0-14.2 -> 8.8-9.5 ns
+  per output of the probe that follows.  The probe did not get faster (in-
+  situ kernel 2.90 -> 2.83, noise): the ingests' memory traffic was not
+  what slows it -- skipping S1's ingest altogether saves the kernel ~0.1
+  ns per output, a 16 MB flush before the call costs +0.7.  The kernel of
+  the last 6k batch repeated after 1 ms of Python or numba spinning runs
+  at its warm speed (min of 40: 1.97 / 1.88 ns per output), after a 1 ms
+  sleep (other processes take the core) at 2.62, after a 32 MB flush at
+  2.82 (load ~4.5): the "warm" figure is a cache (and predictor) state
+  that any work in between, ours or the shared machine's, takes away.
+  In situ the kernel is ~3.0 ns per output: descent ~0.9, cell scan ~1.4
+  (~1.4 tuples read and compared per output), writing the 40-byte outputs
+  ~0.7 (a variant that only counts its matches: 2.39 vs 3.07).  5x needs
+  T4 <= ~2.8 all-in against T1 scan's ~14: the in-situ kernel alone is
+  above it, before the view refresh (~0.4) and the Python (~0.3).  Tried
+  without gain: a branch-free scan loop (in situ 3.01 vs 3.00), the
+  sketch buffer on transparent huge pages (3.17 vs 3.19).  Not kept: an
+  eager view refresh at the end of each ingest (T4's t_hit -0.35 ns per
+  output, moved to t_ins): a raw scan given the same treatment (its
+  window kept contiguous at ingest) would lose its per-call window
+  gather, ~1.0-1.3 of its ~14 ns per output, and the ratio would not move.
+  (9) That gather (T1 scan's ``window_tuples``) now slices time-ordered
+  zones instead of masking them: 82-86 -> 64-70 us per 6k call, T1 scan
+  ~2-5% faster, the ratio lower by as much.  At the structural batch
+  (the collapse at 60 s) the view refresh is 120-150 us (cold CSR append
+  ~30, ranges/F2 ~25-30, the rest Python) and the kernel ~5 ns per output:
+  that one batch of six is ~25% of T4's t_hit in --quick.  Caveat of the
+  protocol: the untimed warm repeat after each timed call is where an
+  output pool grows (1.5x headroom over the last call's matches per
+  probe: a fresh set, its huge pages faulted: 0.5-4.7 ms in that call on
+  this VM); without the repeat the next timed call -- T1's and T4's alike
+  -- would pay it, as a long-running stream pays it only while its output
+  per call still grows.  Bench after (8)-(9), --quick, 6 pairs
+  interleaved with the previous HEAD at load 4.5-7.8 (wall ratios at this
+  load swing 2.6-8.6 with how often T1's longer calls are preempted; CPU
+  time is steadier): t_hit_ratio_6k CPU 3.26/2.74/3.64/3.38/3.62/3.64 ->
+  3.67/3.71/3.94/3.71/3.79/3.76 (6k T1 scan 14-15, T4 ~3.8-4.0 ns per
+  output in the quiet runs).
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
@@ -219,7 +265,10 @@ sensitive to other processes on the shared machine).  The numba kernels are comp
 their cache) before any timing.  Timings are wall clock on a shared
 machine: noisy.  Last line:
 ``t4_ingest_tuples_per_s=<n> t_hit_ratio_t1_over_t4=<x> n_op_t4_at_100ms=<x> t_hit_ratio_bound_6k=<x>
-t_hit_ratio_bound_60k=<x> t_hit_ratio_6k=<x> t_hit_ratio_60k=<x>``
+t_hit_ratio_bound_60k=<x> t_hit_ratio_6k=<x> t_hit_ratio_60k=<x> t_hit_ratio_6k_cpu=<x>
+t_hit_ratio_60k_cpu=<x>`` (the last two: the large-window ratios in the probing thread's CPU
+time -- on a loaded machine the wall ratio rises whenever T1's longer calls are preempted more
+often than T4's: --quick at load 6.3 read 6.33 wall, 3.71 CPU)
 """
 from __future__ import annotations
 
@@ -499,7 +548,7 @@ def main(argv=None):
         print(f"  mean gap {gap*1e3:5.1f} ms (window ~{WINDOW/gap:6.0f} tuples): {k1} {r1[k1]['t_hit_us']:.3f}  "
               f"T4 {r4['t_hit_us']:.3f}  ratio {r1[k1]['t_hit_us']/r4['t_hit_us']:.2f}  "
               f"(warm ratio {r1[k1]['t_warm_us']/r4['t_warm_us']:.2f})  T4 recall {r4['recall']:.3f}")
-    big, bound = window_sizes(args.quick, args.repeat)
+    big, bound, big_cpu = window_sizes(args.quick, args.repeat)
     ratio = rows[best1]["t_hit_us"] / rows["T4"]["t_hit_us"]
     warm = min(rows[k]["t_warm_us"] for k in T1_ROWS) / rows["T4"]["t_warm_us"]
     cpu = min(rows[k]["t_hit_cpu_us"] for k in T1_ROWS) / rows["T4"]["t_hit_cpu_us"]
@@ -508,7 +557,8 @@ def main(argv=None):
           f"(targets: T4 ingest >= 1e6 tuples/s, t_hit ratio >= 5)")
     print(f"t4_ingest_tuples_per_s={rows['T4']['ingest_tps']:.0f} t_hit_ratio_t1_over_t4={ratio:.2f} "
           f"n_op_t4_at_100ms={rows['T4']['n_op']:.0f} t_hit_ratio_bound_6k={bound[6000]:.2f} "
-          f"t_hit_ratio_bound_60k={bound[60000]:.2f} t_hit_ratio_6k={big[6000]:.2f} t_hit_ratio_60k={big[60000]:.2f}")
+          f"t_hit_ratio_bound_60k={bound[60000]:.2f} t_hit_ratio_6k={big[6000]:.2f} t_hit_ratio_60k={big[60000]:.2f} "
+          f"t_hit_ratio_6k_cpu={big_cpu[6000]:.2f} t_hit_ratio_60k_cpu={big_cpu[60000]:.2f}")
 
 
 def window_sizes(quick: bool, repeat: int):
@@ -521,9 +571,9 @@ def window_sizes(quick: bool, repeat: int):
     every zone overlapping the window compared): both are raw scans, cost
     per probe proportional to the window.  ``T1 bcast`` (every probe x every
     tuple of the batch's span) is left out: at 60,000 tuples it compares
-    3e8 pairs per batch in numpy.  Returns ({window tuples: ratio},
-    {window tuples: bound})."""
-    out, bounds = {}, {}
+    3e8 pairs per batch in numpy.  Returns ({window tuples: ratio}, {window tuples: bound},
+    {window tuples: the same ratio in the probing thread's CPU time})."""
+    out, bounds, cpus = {}, {}, {}
     print("large windows (60 s window, 5 s probe batches): t_hit us per output (wall; CPU time in the ratio's "
           "parentheses), T1 paths vs T4")
     for n_win, gap in ((6000, 0.01), (60000, 0.001)):
@@ -543,7 +593,7 @@ def window_sizes(quick: bool, repeat: int):
         r4 = r.pop("T4")
         k1 = min(r, key=lambda k: r[k]["t_hit_us"])
         out[n_win] = r[k1]["t_hit_us"] / r4["t_hit_us"]
-        cpu = min(x["t_hit_cpu_us"] for x in r.values()) / r4["t_hit_cpu_us"]
+        cpu = cpus[n_win] = min(x["t_hit_cpu_us"] for x in r.values()) / r4["t_hit_cpu_us"]
         print(f"  ~{n_win:6d} tuples per window (gap {gap * 1e3:g} ms, ~{r4['outputs'] / max(r4['probes'], 1):.0f} "
               f"outputs per probe, ~{r4['outputs'] / max(r4['calls'], 1):,.0f} per call): "
               + "  ".join(f"{k} {x['t_hit_us']:.3f}" for k, x in r.items())
@@ -568,7 +618,7 @@ def window_sizes(quick: bool, repeat: int):
               f"in situ (after an ingest) {1e3 * r4['t_hit_us']:.2f}.  Against the measured {k1} ({t1m:.1f}): "
               f"a T4 costing only its warm kernel -> {t1m / tp['kernel']:.2f}x, only writing its outputs (c_emit) -> "
               f"{t1m / bd['c_emit']:.2f}x")
-    return out, bounds
+    return out, bounds, cpus
 
 
 def last_probe_batch(s1, s2, structure: str, step: float):
