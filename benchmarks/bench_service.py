@@ -46,7 +46,14 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    under contention), and for a core when the machine is shared.  The run prints the server's commit p50 / p90:
    where a commit costs about the in-process push of one batch (this machine's
    disk: 240 KB fdatasync p50 2-5 ms, in steps of ~4 ms), the disk, not the
-   server, bounds the Arrow ratio.
+   server, bounds the Arrow ratio.  It also prints the event loop's CPU per batch (the server's main
+   thread, schedstat) and (apply CPU + event loop CPU) / in-process CPU: the GIL serializes the two,
+   so on a quiet machine the Arrow ratio is about its inverse -- a figure that shared-machine load
+   disturbs far less than wall time.  Fresh in-process engines used to alternate between ~3.5 and
+   ~4.9 ms per batch: glibc gave the heap's free top back after every batch and the next one faulted
+   its ~3 MB of temporaries in again unless a live block happened to pin the top; the engine now keeps
+   freed heap memory (``sketchql.engine.heap``), in the bench process and the server alike, and both
+   take the fast mode.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
@@ -192,6 +199,16 @@ def proc_cpu(pid: int) -> float:
         return float("nan")
 
 
+def thread_cpu(pid: int, tid: int) -> float:
+    """CPU seconds one thread of a process used so far (schedstat, ns resolution); NaN where missing.
+    The server's event loop runs on its main thread (tid = pid)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 class LeanClient:
     """POSTs on one keep-alive ``http.client`` connection; raises on a non-2xx answer."""
 
@@ -275,6 +292,7 @@ def main(argv=None) -> int:
 
     cpu = {"in": [], "arrow_srv": [], "arrow_cli": [], "nd_srv": [], "nd_cli": [],   # CPU s per run
            "seq_srv": [], "seq_cli": [],
+           "arrow_loop": [], "nd_loop": [], "seq_loop": [],          # CPU s of the server's event loop
            "arrow_apply": [], "nd_apply": [], "seq_apply": [],       # wall s the apply thread spent applying
            "arrow_apply_cpu": [], "nd_apply_cpu": [], "seq_apply_cpu": []}     # ... and its CPU s in that
 
@@ -309,6 +327,7 @@ def main(argv=None) -> int:
             c.post("/streams", json={"sql": DDL.format(s=stream)}).raise_for_status()
             c.post("/queries", json={"sql": QUERY.format(s=stream)}).raise_for_status()
             a0 = c.get("/health").json()["apply"]
+            l0 = thread_cpu(srv.proc.pid, srv.proc.pid)
             s0, c0, t = proc_cpu(srv.proc.pid), time.process_time(), time.perf_counter()
             if key == "seq":
                 for body in bodies:
@@ -323,6 +342,7 @@ def main(argv=None) -> int:
             cpu[f"{key}_apply"].append(a1["busy_s"] - a0["busy_s"])
             cpu[f"{key}_apply_cpu"].append(a1["busy_cpu_s"] - a0["busy_cpu_s"])
             cpu[f"{key}_srv"].append(proc_cpu(srv.proc.pid) - s0)
+            cpu[f"{key}_loop"].append(thread_cpu(srv.proc.pid, srv.proc.pid) - l0)
             cpu[f"{key}_cli"].append(time.process_time() - c0)
             return t
 
@@ -350,6 +370,11 @@ def main(argv=None) -> int:
                   f"{per['arrow_apply_cpu']:.1f} ms, NDJSON {per['nd_apply_cpu']:.1f} ms, sequential "
                   f"{per['seq_apply_cpu']:.1f} ms (the rest: waiting for the GIL, mostly behind the event loop, "
                   f"or for a core)")
+            print(f"server event loop CPU per batch (HTTP, parsing, admission checks, answers; holds the GIL), "
+                  f"least of {args.repeat}: Arrow {per['arrow_loop']:.2f} ms, NDJSON {per['nd_loop']:.2f} ms, "
+                  f"sequential Arrow {per['seq_loop']:.2f} ms; apply CPU + event loop CPU vs in-process CPU: "
+                  f"Arrow {(per['arrow_apply_cpu'] + per['arrow_loop']) / per['in']:.2f}x "
+                  f"(the GIL serializes the two: about the wall-clock ratio's inverse on a quiet machine)")
         # a sequential client's next batch waits for this one's fsync: with the apply overlapped, one
         # batch costs at least a log commit plus the request's round trip (~1 ms), whatever the engine
         d = c.get("/durability").json()
