@@ -148,6 +148,9 @@ Issue-16 checks (``--only checks``, part of every run):
   where either produced something (``..._vs_python_shj_min``: against the
   Python SIMPLE-SHJ).
 
+``--rates 50,60,70`` runs the join figures (and the wall-clock table) at those
+rates only (ms), e.g. to iterate on one rate of the full run.
+
 ``--quick`` (< 1 minute): one-minute window only, rates 10/20/50/100 ms, the
 wall-clock table at rho 0.5 and the checks; ``--quick --only ...``
 runs the groups named.
@@ -509,6 +512,9 @@ def main(argv=None):
     ap.add_argument("--wall-rho", type=float, default=0.5,
                     help="wall-clock table: CPU given to each operator, as a share of what the exact SIMPLE-SHJ "
                          "needs for the stream (measured in the run)")
+    ap.add_argument("--rates", default=None,
+                    help="comma list of mean inter-arrival times (ms) for the join figures and the wall-clock "
+                         "table (default: 10..100 by 10, --quick 10,20,50,100), e.g. --rates 50,60,70")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -525,6 +531,8 @@ def main(argv=None):
         rates = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
         join_dur, whole_dur, sel_rates, sel_dur, qcounts, agg_rates, agg_dur = 180.0, 180.0, rates, 120.0, \
             [20, 40, 60, 80, 100, 120, 140, 160, 180, 200], rates, 150.0
+    if args.rates:
+        rates = [int(x) if float(x).is_integer() else float(x) for x in args.rates.split(",") if x.strip()]
     print(f"# bench_promising: units/second={ups:g} tick={TICK}s fade={FADE} source={args.source} "
           f"quick={args.quick}")
 

@@ -91,8 +91,10 @@ def test_asc_output_is_mostly_outliers(join_results):
     # the share depends on the budget left once the outliers are probed (then the rest):
     # with the bounded cell scans and 256 value buckets asc finds the same outlier pairs
     # (5.2 % of the exact join, 5.1 % before) and more of the rest (15.4 % vs 11.6 %), so
-    # the share fell from 0.44 (5.1x SHJ's) to 0.34 (3.9x); the outlier pairs found are checked below
-    assert asc["outlier_precision"] >= 0.3
+    # the share fell from 0.44 (5.1x SHJ's) to 0.34 (3.9x); the outlier pairs found are checked below.
+    # Cheaper scans again (issue 16: the run's end read on from its start, a cursor per merged
+    # zone's handle): the same 8,335 outlier pairs, 28,842 pairs in all (27,617 before): 0.302 -> 0.289
+    assert asc["outlier_precision"] >= 0.25
     assert asc["outlier_precision"] > 3 * shj["outlier_precision"]
     n_out = {k: r["n_produced"] * r["outlier_precision"] for k, r in (("asc", asc), ("shj", shj), ("desc", desc))}
     assert n_out["asc"] > 3 * max(n_out["shj"], n_out["desc"])

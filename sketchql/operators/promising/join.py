@@ -124,6 +124,11 @@ output 4.58 -> 3.22 % of the budget, 16.5k -> 11.6k (window-start
 searches ~9.7k -> 4.7k; what is left: cutting the newer tuples at the
 window's end, 4.2k, and the bucket's other values, 2.6k); 11.8 % of the
 budget still unspent (ticks whose queue is empty after demand shedding).
+Then the run's end is read on from its start instead of searched from the
+cell's end (:mod:`sketchql.index.cellscan`), and a merged zone's handle keeps
+a cursor of its own (``IndexSource._cursor_groups``): 96.61 / 97.52 / 97.63 /
+97.34 / 96.47 / 94.01 / 97.81 / 99.66 / 99.90 / 99.98 %; 60 ms: compares
+without output 11.6k -> 8.1k.
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave, exact_join_pairs
