@@ -403,3 +403,19 @@ def test_results_fast_path_answers_exactly_like_the_fastapi_route():
     statuses = {s for _, _, s, _, _ in a}
     assert {200, 404, 422} <= statuses
     assert any(s == 200 and b'"rows":[{' in body for _, _, s, _, body in a)
+
+
+def test_ndjson_line_count_equals_the_row_wise_count():
+    """The fast NDJSON path's check for two objects on one line counts non-blank lines with numpy when
+    every line starts with '{'; oracle: the row-wise count (splitlines, strip) on random bodies."""
+    import random
+
+    from sketchql.service.ingest import _nonblank_lines
+
+    rng = random.Random(3)
+    parts = [b"{}", b"{", b'{"a": 1}', b"x", b" ", b"\t", b"\n", b"\n", b"\r", b"\r\n", b"\x0b", b"\x0c"]
+    for _ in range(20_000):
+        body = b"".join(rng.choice(parts) for _ in range(rng.randint(0, 14)))
+        assert _nonblank_lines(body) == sum(1 for line in body.splitlines() if line.strip()), body
+    body = b"\n".join(b'{"k": %d}' % i for i in range(1000))
+    assert _nonblank_lines(body) == _nonblank_lines(body + b"\n") == 1000

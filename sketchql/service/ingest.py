@@ -143,13 +143,27 @@ def _fast_ndjson(body: bytes, schema, max_rows: int):
         return None
     if t.num_rows > max_rows or any(col.null_count for col in t.columns):
         return None
-    if t.num_rows != sum(1 for line in body.splitlines() if line.strip()):   # two objects on one line
+    if t.num_rows != _nonblank_lines(body):                 # two objects on one line
         return None
     cols = {}
     for c, k in schema.columns.items():
         a = t.column(c).to_numpy(zero_copy_only=False)
         cols[c] = a.astype(object) if k == "str" else a
     return cols, t.num_rows
+
+
+def _nonblank_lines(body: bytes) -> int:
+    """``sum(1 for line in body.splitlines() if line.strip())``, without a bytes object per line (that
+    costs ~0.75 ms of GIL per 10 000 lines) when every line starts with ``{`` and none ends in CR: then
+    no line is blank and the lines are the newlines, counted by numpy."""
+    if b"\r" not in body:
+        a = np.frombuffer(body, np.uint8)
+        starts = np.flatnonzero(a == 10) + 1
+        if len(starts) and starts[-1] == len(a):
+            starts = starts[:-1]                       # the final newline starts no line
+        if len(a) and a[0] == 123 and bool((a[starts] == 123).all()):
+            return len(starts) + 1
+    return sum(1 for line in body.splitlines() if line.strip())
 
 
 def _parse_ndjson(body: bytes, where: str):
