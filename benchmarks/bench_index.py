@@ -223,7 +223,10 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   per output of the probe that follows.  The probe did not get faster (in-
   situ kernel 2.90 -> 2.83, noise): the ingests' memory traffic was not
   what slows it -- skipping S1's ingest altogether saves the kernel ~0.1
-  ns per output, a 16 MB flush before the call costs +0.7.  The kernel of
+  ns per output, a 16 MB flush before the call costs +0.7, and with a
+  warm call plus a no-op as long as the two ingests (a Python spin) in
+  their place the kernel takes 2.98-3.22 ns per output against 3.16-3.26
+  in situ and 2.46 warm (min of 12, two runs at load ~6).  The kernel of
   the last 6k batch repeated after 1 ms of Python or numba spinning runs
   at its warm speed (min of 40: 1.97 / 1.88 ns per output), after a 1 ms
   sleep (other processes take the core) at 2.62, after a 32 MB flush at
