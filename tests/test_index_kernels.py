@@ -532,3 +532,65 @@ def test_sketch_add_in_place_equals_numpy_deltas_and_recount(structure, monkeypa
             assert np.array_equal(g.levels[0][slot], want)
         for l in range(1, len(g.levels)):
             assert np.array_equal(g.levels[l], g.levels[l - 1][0::2] + g.levels[l - 1][1::2])
+
+
+# ---------------------------------------------------------------- shared cell scans per key
+@pytest.mark.parametrize("lateness", [0.0, 4.0])
+def test_probes_of_one_key_share_cell_scans_same_matches(lateness):
+    """Integer keys that many probes of a batch carry share their cell scans (``_match_regions``:
+    one compare pass per (node, key), windows cut from the run by binary search when its ts are
+    sorted, checked one by one when late tuples made a cell's arrival order differ from time
+    order; ties on the window edges).  Equal to the per-probe scan of the same kernel (scratch of
+    size 0: no sharing), with a scratch too small for every run (some pairs shared, the rest
+    scanned), to the numpy reference, and within brute force's matches."""
+    rng = np.random.default_rng(11 + int(lateness))
+    ix = StreamIndex(SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3),
+                     IndexConfig(structure="T4", n_buckets=4, w=32, g1_zones=3, allowed_lateness=lateness))
+    n = 4000
+    t = np.round(np.sort(rng.uniform(0, 80, n)), 1)            # rounded: tied timestamps
+    if lateness:
+        t = t - rng.uniform(0, 0.9 * lateness, n) * (rng.random(n) < 0.15)
+    v = rng.choice(np.array([3, 5, 8, 13, 21, 34]), n, p=[0.4, 0.2, 0.15, 0.1, 0.1, 0.05]).astype(np.int64)
+    unsorted_seen = shared_seen = 0
+    for a in range(0, n, 400):
+        ix.ingest(v[a:a + 400], t[a:a + 400])
+        P = 200
+        keys = rng.choice(np.array([3, 5, 8, 13, 99]), P).astype(np.int64)
+        keys[-1] = 77                                           # a key only one probe carries
+        hi = rng.uniform(ix.clock - 10, ix.clock + 1, P)
+        lo = hi - rng.uniform(2, 45, P)
+        hi[:3] = rng.choice(t[:a + 400], 3)                     # window edges on stored timestamps
+        lo[3:6] = rng.choice(t[:a + 400], 3)
+        m = ix.probe_many(keys, lo, hi, fade=0.8, with_regions=True)
+        assert_same(m, reference(ix, keys, lo, hi), "T4")
+        kv = ix._kernel_view()
+        buf = kernels.ProbeBuffers(len(m.regions) + 1, len(m) + 1)
+        cfg = ix.config
+        args = [float(cfg.min_estimate), float(cfg.prune_sigma), keys, ix._hash_params(),
+                *buf.hash_arrays(P, ix._d), np.ascontiguousarray(lo), np.ascontiguousarray(hi), *kv.args]
+        got = {}
+        for scratch in (0, 7, len(buf.ct)):
+            r = kernels.probe_kview(*args, *buf.outs[:8], buf.ct[:scratch], buf.cr[:scratch])
+            got[scratch] = (r, [a[:r[1]].copy() for a in (buf.mp, buf.mreg, buf.mv, buf.mt, buf.mr)])
+        for scratch in (7, len(buf.ct)):
+            assert got[scratch][0] == got[0][0]
+            for x, y in zip(got[scratch][1], got[0][1]):
+                assert np.array_equal(x, y)
+        assert np.array_equal(got[0][1][4], m.row_ids)
+        gid = np.empty(P, dtype=np.int64)
+        assert kernels._key_groups(keys, gid) == 5 and gid[-1] == -1 and (gid[:-1] >= 0).all()
+        shared_seen += 1
+        stored = set(ix.window_tuples(-np.inf, np.inf).row_ids.tolist())
+        want = {(p, r) for p, r in brute_matches(v, t, keys, lo, hi) if r in stored}
+        got_pairs = set(zip(m.probe.tolist(), m.row_ids.tolist()))
+        assert got_pairs <= want and len(got_pairs) > 0.9 * len(want)       # (T4 prunes: a subset)
+        # cells whose arrival order is not time order (late tuples)
+        cstart, clen, Tc, hot_k = kv.args[12], kv.args[13], kv.args[15], kv.args[17]
+        for c in np.nonzero(clen)[0]:
+            s = cstart[c]
+            seg = Tc[s:s + clen[c]] if c // ix._B != hot_k else None
+            if seg is not None and len(seg) > 1 and (np.diff(seg) < 0).any():
+                unsorted_seen += 1
+    assert shared_seen >= 10
+    if lateness:
+        assert unsorted_seen > 0

@@ -175,8 +175,70 @@ def _median5(a, b, c, d, e):
 
 
 @numba.njit(cache=True, nogil=True)
+def _key_groups(keys, gid):
+    """``gid[p]`` = the group of probe p's key, groups numbered in order of first appearance, two keys
+    in one group iff their 64 bits are equal (so they also hash alike); ``gid[p] = -1`` for a key no
+    other probe of the batch carries.  Open addressing on ``_mix`` of the bits, table >= 2P slots:
+    O(P).  Returns the number of groups of two or more probes."""
+    P = keys.shape[0]
+    kb = keys.view(np.uint64)
+    cap = 16
+    while cap < 2 * P:
+        cap <<= 1
+    msk = np.uint64(cap - 1)
+    slot = np.full(cap, -1, dtype=np.int64)
+    first = np.empty(P, dtype=np.int64)          # per raw group: its first probe
+    size = np.zeros(P, dtype=np.int64)
+    ng = 0
+    for p in range(P):
+        x = kb[p]
+        h = _mix(x) & msk
+        while True:
+            sl = slot[h]
+            if sl < 0:
+                slot[h] = ng
+                first[ng] = p
+                gid[p] = ng
+                ng += 1
+                break
+            if kb[first[np.uint64(sl)]] == x:
+                gid[p] = sl
+                break
+            h = (h + np.uint64(1)) & msk
+    for p in range(P):
+        size[np.uint64(gid[p])] += 1
+    renum = np.full(ng, -1, dtype=np.int64)
+    n2 = 0
+    for g in range(ng):
+        if size[g] > 1:
+            renum[g] = n2
+            n2 += 1
+    for p in range(P):
+        gid[p] = renum[np.uint64(gid[p])]
+    return n2
+
+
+#: above this many (node, key group) pairs the matching does not share cell scans per key (memory)
+SHARE_MAX = 1 << 20
+
+
+@numba.njit(cache=True, inline="always")
+def _first_above(T, lo, n, x):
+    """The first i in [lo, lo + n) with ``T[i] > x`` (lo + n if none); ``T[lo:lo+n]`` non-decreasing."""
+    a = lo
+    b = lo + n
+    while a < b:
+        m = (a + b) >> np.uint64(1)
+        if T[m] > x:
+            b = m
+        else:
+            a = m + np.uint64(1)
+    return a
+
+
+@numba.njit(cache=True, nogil=True)
 def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr):
+                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, ct, cr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
     order, each cell's tuples with the probe's value and ``t_from < ts <= t_to`` appended to the match
     arrays (beyond their length only counted); returns the number of matches.  A cold cell is
@@ -189,9 +251,33 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
     loop writes only the per-tuple columns (ts, row id; the value too for float values, where
     ``==`` does not make the bits equal); the region's constant columns (probe, region row, and
     the value = the key for integers) are filled after it, in loops the compiler vectorizes.
+
+    Probes of one key share their cell scans (integer values; ``gid`` >= 0: the probe's key group
+    among the ``ng`` keys that two or more probes of the batch carry, :func:`_key_groups`): the
+    first region of a (node, key group) pair compares the cell's values with the key once and
+    copies the equal tuples' (ts, row id) into the scratch ``ct``/``cr`` (cell order kept; while
+    the scratch has room), noting whether their ts are non-decreasing (a cell holds its tuples in
+    arrival order: in time order unless out-of-order tuples were routed to it).  Every region of
+    that pair then takes its matches from that run: when sorted, the window ``(t_from, t_to]`` is
+    the sub-run between two binary searches, copied (ts, row ids) and filled (probe, region, value);
+    otherwise each entry's ts is checked.  Same matches, same order as the per-probe scan (equal
+    keys are equal values for integers).  A 5 s batch at ~6,000 tuples per window has ~500 probes
+    of ~200 keys; the Zipf-hot keys carry most of the output and most of the probes.
     """
     cap_m = mp.shape[0]
     nm = 0
+    cap_c = ct.shape[0] if ng > 0 and _exact(Vc) else 0
+    nl = clen.shape[0] // B if B > 0 else 0
+    if cap_c > 0 and nl * ng <= SHARE_MAX:
+        cst = np.full(nl * ng, -1, dtype=np.int64)      # (node, group) -> run start in ct/cr, -1: not yet
+        cln = np.empty(nl * ng, dtype=np.int64)
+        csr = np.empty(nl * ng, dtype=np.bool_)
+    else:
+        cap_c = 0
+        cst = np.full(0, -1, dtype=np.int64)
+        cln = np.empty(0, dtype=np.int64)
+        csr = np.empty(0, dtype=np.bool_)
+    nc = np.uint64(0)
     for r in range(nr):
         p = rp[r]
         up = np.uint64(p)
@@ -212,6 +298,60 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
             T_ = Tc
             R_ = Rc
             s = cstart[np.uint64(c)]
+        gp = gid[up] if cap_c > 0 else -1
+        if gp >= 0:
+            mi = np.uint64(k * ng + gp)
+            cs = cst[mi]
+            if cs < 0 and nc + np.uint64(n) <= np.uint64(cap_c):     # first region of (node, key)
+                u = nc
+                last = -np.inf
+                srt = True
+                for j in range(np.uint64(s), np.uint64(s + n)):
+                    if V_[j] == key:
+                        t = T_[j]
+                        if not (t >= last):
+                            srt = False
+                        last = t
+                        ct[u] = t
+                        cr[u] = R_[j]
+                        u += np.uint64(1)
+                cs = np.int64(nc)
+                cst[mi] = cs
+                cln[mi] = np.int64(u - nc)
+                csr[mi] = srt
+                nc = u
+            if cs >= 0:
+                ucs = np.uint64(cs)
+                ln = np.uint64(cln[mi])
+                u0 = np.uint64(nm)
+                if csr[mi]:
+                    j0 = _first_above(ct, ucs, ln, a)
+                    j1 = _first_above(ct, j0, ucs + ln - j0, e)
+                    cnt = j1 - j0
+                    if u0 + cnt <= np.uint64(cap_m):
+                        for q in range(cnt):
+                            mt[u0 + q] = ct[j0 + q]
+                        for q in range(cnt):
+                            mr[u0 + q] = cr[j0 + q]
+                    u = u0 + cnt
+                else:
+                    u = u0
+                    for j in range(ucs, ucs + ln):
+                        t = ct[j]
+                        if t > a and t <= e:
+                            if u < np.uint64(cap_m):
+                                mt[u] = t
+                                mr[u] = cr[j]
+                            u += np.uint64(1)
+                if u <= np.uint64(cap_m):
+                    for q in range(u0, u):
+                        mp[q] = p
+                    for q in range(u0, u):
+                        mreg[q] = r
+                    for q in range(u0, u):
+                        mv[q] = key
+                nm = np.int64(u)
+                continue
         if nm + n <= cap_m:
             u0 = np.uint64(nm)
             u = u0
@@ -251,7 +391,7 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
                 Vc, Tc, Rc, hot_k, HV, HT, HR, hstart,
-                rp, rk, rest, mp, mreg, mv, mt, mr):
+                rp, rk, rest, mp, mreg, mv, mt, mr, ct, cr):
     """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
 
     Node k's table is ``store[k]`` (all store nodes, empty ones with an empty
@@ -278,6 +418,9 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     shift, logw, mult_0 .. mult_{d-1}]``: then ``bucket``/``idx``/``sgn``
     (buffers of at least P columns) are first filled from the key codes
     ``keys.view(uint64)`` as :func:`hash_cells` does.
+    ``ct``/``cr``: scratch (ts, row id) where probes of one key share their cell scans (with
+    sketches only: structure T1's raw zone scan stays per probe; see :func:`_match_regions`);
+    empty: no sharing.
     """
     P = keys.shape[0]
     N = lo.shape[0]
@@ -344,8 +487,10 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 work += clen[np.uint64(k * B + b)]
                 nr += 1
     if nr <= cap_r:
+        gid = np.empty(P if sketch else 0, dtype=np.int64)
+        ng = _key_groups(keys, gid) if sketch else 0
         nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr)
+                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, ct, cr)
     return nr, nm, visited, flat, work
 
 
@@ -516,7 +661,8 @@ class ProbeBuffers:
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
         fields = (("mp", np.dtype(np.int64)), ("mreg", np.dtype(np.int64)), ("mv", self.vdtype),
-                  ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)))
+                  ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)),
+                  ("ct", np.dtype(np.float64)), ("cr", np.dtype(np.int64)))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
         # are powers of two, and streams written in lockstep at addresses equal modulo a large power
         # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output
@@ -529,7 +675,7 @@ class ProbeBuffers:
             o += sz
         self._owner = blk if blk.base is None else blk.base                   # what every view refers to
         del blk
-        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr)
+        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr, self.ct, self.cr)
         self._refs = self._refcounts()
 
     @property
