@@ -459,10 +459,10 @@ def test_output_block_huge_page_aligned_and_lending():
     pb = kernels.ProbeBuffers(4, 100_000, vdtype=np.float64)
     assert pb.mv.dtype == np.float64 and all(a.flags.c_contiguous and a.flags.aligned and a.flags.writeable
                                              for a in pb.outs)
-    starts = sorted(a.ctypes.data for a in (pb.mp, pb.mreg, pb.mv, pb.mt, pb.mr))
+    starts = sorted(a.ctypes.data for a in (pb.mp, pb.mv, pb.mt, pb.mr, pb.ct, pb.cr))
     assert all(y - x >= 100_000 * 8 for x, y in zip(starts, starts[1:]))        # no overlap
     assert not pb.lent()
-    for f in ("mp", "mreg", "mv", "mt", "mr"):
+    for f in ("mp", "mv", "mt", "mr", "ct", "cr"):
         v = getattr(pb, f)[:10]
         assert pb.lent() and pb.holds(v)
         del v
@@ -571,12 +571,12 @@ def test_probes_of_one_key_share_cell_scans_same_matches(lateness):
         got = {}
         for scratch in (0, 7, len(buf.ct)):
             r = kernels.probe_kview(*args, *buf.outs[:8], buf.ct[:scratch], buf.cr[:scratch])
-            got[scratch] = (r, [a[:r[1]].copy() for a in (buf.mp, buf.mreg, buf.mv, buf.mt, buf.mr)])
+            got[scratch] = (r, [a[:r[1]].copy() for a in (buf.mp, buf.mv, buf.mt, buf.mr)] + [buf.rend[:r[0]].copy()])
         for scratch in (7, len(buf.ct)):
             assert got[scratch][0] == got[0][0]
             for x, y in zip(got[scratch][1], got[0][1]):
                 assert np.array_equal(x, y)
-        assert np.array_equal(got[0][1][4], m.row_ids)
+        assert np.array_equal(got[0][1][3], m.row_ids)
         gid = np.empty(P, dtype=np.int64)
         assert kernels._key_groups(keys, gid) == 5 and gid[-1] == -1 and (gid[:-1] >= 0).all()
         shared_seen += 1

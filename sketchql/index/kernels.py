@@ -238,10 +238,12 @@ def _first_above(T, lo, n, x):
 
 @numba.njit(cache=True, nogil=True)
 def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, ct, cr):
+                   Vc, Tc, Rc, HV, HT, HR, hstart, mp, rend, mv, mt, mr, gid, ng, ct, cr):
     """The matching half of :func:`probe_kview`: regions ``0 .. nr - 1`` (probe ``rp``, node ``rk``) in
     order, each cell's tuples with the probe's value and ``t_from < ts <= t_to`` appended to the match
-    arrays (beyond their length only counted); returns the number of matches.  A cold cell is
+    arrays (beyond their length only counted), region r's ending at ``rend[r]`` (its region row is
+    not written per match: :class:`~sketchql.index.results.Matches` expands it from ``rend`` when
+    asked); returns the number of matches.  A cold cell is
     ``Vc/Tc/Rc[cstart[c]:][:clen[c]]``, a cell of the hot leaf ``HV/HT/HR[hstart[b]:][:clen[c]]`` (its
     bucket's segment of the hot arena): both contiguous, in arrival order.
 
@@ -249,7 +251,7 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
     unsigned: numba wraps a signed index that may be negative (a compare and select per access, and
     the extra live values spill registers), which made this loop ~2x slower per tuple.  The scan
     loop writes only the per-tuple columns (ts, row id; the value too for float values, where
-    ``==`` does not make the bits equal); the region's constant columns (probe, region row, and
+    ``==`` does not make the bits equal); the region's constant columns (probe, and
     the value = the key for integers) are filled after it, in loops the compiler vectorizes.
 
     Probes of one key share their cell scans (integer values; ``gid`` >= 0: the probe's key group
@@ -259,7 +261,7 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
     the scratch has room), noting whether their ts are non-decreasing (a cell holds its tuples in
     arrival order: in time order unless out-of-order tuples were routed to it).  Every region of
     that pair then takes its matches from that run: when sorted, the window ``(t_from, t_to]`` is
-    the sub-run between two binary searches, copied (ts, row ids) and filled (probe, region, value);
+    the sub-run between two binary searches, copied (ts, row ids) and filled (probe, value);
     otherwise each entry's ts is checked.  Same matches, same order as the per-probe scan (equal
     keys are equal values for integers).  A 5 s batch at ~6,000 tuples per window has ~500 probes
     of ~200 keys; the Zipf-hot keys carry most of the output and most of the probes.
@@ -347,10 +349,9 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                     for q in range(u0, u):
                         mp[q] = p
                     for q in range(u0, u):
-                        mreg[q] = r
-                    for q in range(u0, u):
                         mv[q] = key
                 nm = np.int64(u)
+                rend[r] = nm
                 continue
         if nm + n <= cap_m:
             u0 = np.uint64(nm)
@@ -366,12 +367,11 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                         u += np.uint64(1)
             for q in range(u0, u):            # the region's constant columns: vectorized fills
                 mp[q] = p
-            for q in range(u0, u):
-                mreg[q] = r
             if _exact(V_):
                 for q in range(u0, u):
                     mv[q] = key
             nm = np.int64(u)
+            rend[r] = nm
         else:
             for j in range(s, s + n):
                 if V_[j] == key:
@@ -379,11 +379,11 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                     if t > a and t <= e:
                         if nm < cap_m:
                             mp[nm] = p
-                            mreg[nm] = r
                             mv[nm] = V_[j]
                             mt[nm] = t
                             mr[nm] = R_[j]
                         nm += 1
+        rend[r] = nm
     return nm
 
 
@@ -391,7 +391,7 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
 def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
                 Vc, Tc, Rc, hot_k, HV, HT, HR, hstart,
-                rp, rk, rest, mp, mreg, mv, mt, mr, ct, cr):
+                rp, rk, rest, rend, mp, mv, mt, mr, ct, cr):
     """Descent + matching of a probe batch over a :class:`~sketchql.index.kview.KernelView`.
 
     Node k's table is ``store[k]`` (all store nodes, empty ones with an empty
@@ -403,8 +403,8 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     :class:`~sketchql.index.kview.HotArena`; it was a linked list per bucket, laid out in cell
     order by the probe whenever the arena had grown: ~8 ns per hot tuple after an ingest).
     Fills regions (``rp`` probe, ``rk`` node, ``rest`` raw estimate) and
-    matches (``mp`` probe, ``mreg`` region row, ``mv``/``mt``/``mr`` value,
-    ts, row id).  Returns (n_regions, n_matches, visited, flat, work);
+    matches (``mp`` probe, ``mv``/``mt``/``mr`` value, ts, row id; region r's matches end at
+    ``rend[r]``).  Returns (n_regions, n_matches, visited, flat, work);
     outputs beyond the arrays' length are only counted (see :func:`probe_k`),
     except that matches are found only once every region fits (they are
     found region by region from the region arrays, :func:`_match_regions`,
@@ -490,7 +490,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
         gid = np.empty(P if sketch else 0, dtype=np.int64)
         ng = _key_groups(keys, gid) if sketch else 0
         nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
-                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, mreg, mv, mt, mr, gid, ng, ct, cr)
+                            Vc, Tc, Rc, HV, HT, HR, hstart, mp, rend, mv, mt, mr, gid, ng, ct, cr)
     return nr, nm, visited, flat, work
 
 
@@ -660,7 +660,8 @@ class ProbeBuffers:
         self.rp = np.empty(regions, dtype=np.int64)
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
-        fields = (("mp", np.dtype(np.int64)), ("mreg", np.dtype(np.int64)), ("mv", self.vdtype),
+        self.rend = np.empty(regions, dtype=np.int64)
+        fields = (("mp", np.dtype(np.int64)), ("mv", self.vdtype),
                   ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)),
                   ("ct", np.dtype(np.float64)), ("cr", np.dtype(np.int64)))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
@@ -675,7 +676,7 @@ class ProbeBuffers:
             o += sz
         self._owner = blk if blk.base is None else blk.base                   # what every view refers to
         del blk
-        self.outs = (self.rp, self.rk, self.rest, self.mp, self.mreg, self.mv, self.mt, self.mr, self.ct, self.cr)
+        self.outs = (self.rp, self.rk, self.rest, self.rend, self.mp, self.mv, self.mt, self.mr, self.ct, self.cr)
         self._refs = self._refcounts()
 
     @property
@@ -758,7 +759,7 @@ class BufferPool:
         """Memory of the sets the pool holds (a set lent to a result the pool dropped is the result's)."""
         return sum(s.nbytes for s in self.sets)
 
-    def take(self, b: ProbeBuffers, nm: int, P: int = 0, fields=("mp", "mv", "mt", "mr", "mreg"),
+    def take(self, b: ProbeBuffers, nm: int, P: int = 0, fields=("mp", "mv", "mt", "mr"),
              min_lend: int = MIN_LEND):
         """The first ``nm`` entries of ``b``'s match arrays ``fields``: views (lent) when the result
         is large and fills at least 1/16 of the set, copies otherwise; records the rate.

@@ -402,8 +402,8 @@ class QuerySide:
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
             est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        mp, mv, mt, mr, mreg = self._kbuf.take(buf, nm, P)
-        return Matches(mp, mv, mt, mr, work=work, region=mreg, regions=regions, visited=visited)
+        mp, mv, mt, mr = self._kbuf.take(buf, nm, P)
+        return Matches(mp, mv, mt, mr, work=work, regions=regions, visited=visited, region_ends=buf.rend[:nr].copy())
 
     def _pool(self, vdtype) -> "kernels.BufferPool":
         """The index's recycled output arrays (:class:`kernels.BufferPool`) for stored values of ``vdtype``."""

@@ -8,7 +8,7 @@ can charge deterministic budgets:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -100,24 +100,45 @@ class ScanResult:
         return len(self.row_ids)
 
 
-@dataclass
 class Matches:
     """Matching tuples of a vectorized probe: ``probe[k]`` matched stored tuple k.
 
     ``region[k]``: the input row (``scan_matching_many``) or region row
     (``probe_regions``, ``probe_many``) of match k.  ``probe_many`` also fills
     ``regions`` (the :class:`Regions` it probed) and ``visited`` (pyramid
-    nodes evaluated).
+    nodes evaluated).  The compiled ``probe_many`` gives the region column as
+    ``region_ends`` (region r's matches are ``region_ends[r-1]:region_ends[r]``,
+    matches come region by region) and ``region`` is expanded from it on first
+    access: it is index metadata, not part of the join's output (probe, value,
+    ts, row id), and writing it per match was a fifth of the kernel's output
+    traffic.
     """
 
-    probe: np.ndarray
-    values: np.ndarray
-    timestamps: np.ndarray
-    row_ids: np.ndarray
-    work: int = 0
-    region: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    regions: "Regions | None" = None
-    visited: int = 0
+    __slots__ = ("probe", "values", "timestamps", "row_ids", "work", "_region", "_rend", "regions", "visited")
+
+    def __init__(self, probe, values, timestamps, row_ids, work: int = 0, region=None,
+                 regions: "Regions | None" = None, visited: int = 0, region_ends=None):
+        self.probe, self.values, self.timestamps, self.row_ids = probe, values, timestamps, row_ids
+        self.work, self.regions, self.visited = work, regions, visited
+        self._rend = region_ends if region is None else None
+        self._region = region if region is not None or region_ends is not None else \
+            np.zeros(0, dtype=np.int64)
+
+    @property
+    def region(self) -> np.ndarray:
+        r = self._region
+        if r is None:
+            e = self._rend
+            r = self._region = np.repeat(np.arange(len(e), dtype=np.int64), np.diff(e, prepend=0))
+            self._rend = None
+        return r
+
+    @region.setter
+    def region(self, value) -> None:
+        self._region, self._rend = value, None
+
+    def __repr__(self) -> str:
+        return f"Matches(n={len(self)}, work={self.work}, visited={self.visited})"
 
     def __len__(self):
         return len(self.row_ids)
