@@ -52,7 +52,17 @@ Rules (:class:`~.join.PTJoin`):
   shed 696 arrivals on bursts of heavy values; kappa = 3 gave 60 / 70 ms
   92.2 / 96.7 % but 50 ms 95.0 % and --quick 10 ms 95.8 %.  A slower mean of
   D (over ~20 ticks) instead: 70 ms 95.9 %, --quick 10 ms 95.3 % (D lags
-  while the window fills).  The wall clock's direct rounds keep kappa = 2.)  Every kept arrival is inserted and planned at the
+  while the window fills).  The wall clock's direct rounds keep kappa = 2.)
+  ``D`` is estimated from whole cells, but a bounded scan is charged only the
+  window's part of a cell and its searches (:mod:`sketchql.index.cellscan`):
+  on a unit budget ``D`` is scaled by what the probe batches were charged
+  over what they were estimated (decayed per batch; 0.91 at 10 ms, 0.79 at
+  60 ms, 0.71 at 70 ms), so that the queue holds kappa times the work the
+  income can probe, not kappa times its estimate (issue 16, full bench desc
+  / Figure 11 bound at 10..100 ms: 96.41 / 97.12 / 97.44 / 97.41 / 96.90 /
+  94.58 / 98.13 / 99.67 / 99.91 / 99.99 -> 96.41 / 97.12 / 97.44 / 97.39 /
+  96.67 / 95.17 / 98.39 / 99.80 / 99.94 / 99.99 %; 60 ms: 886 -> 373
+  arrivals shed).  Every kept arrival is inserted and planned at the
   full price; the work saved is that of the arrivals not ingested.
 * *Plan*: arrivals are planned only while their measured planning cost
   ``c_plan`` stays within half the account (:func:`plan_count`): planning

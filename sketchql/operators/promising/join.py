@@ -230,6 +230,9 @@ class PTJoin(PairOutput):
         self.outlier_quantile = float(outlier_quantile)
         self.stratify = bool(stratify)
         self.seed = int(seed)
+        if self.preference == "desc" and source == "index" and not (source_options or {}).get("config"):
+            # desc's private index: G1 zones as long as the period (IndexSource, whole_g1_zones)
+            source_options = {"whole_g1_zones": True, **(source_options or {})}
         if isinstance(source, (list, tuple)):
             self.sources = [make_source(s, self.window, seed, source_options) for s in source]
         else:
@@ -243,6 +246,7 @@ class PTJoin(PairOutput):
         self._mean_cost = 16.0      # recent mean estimated units per entry (batch sizing)
         self._plan_cost = 1.0       # recent mean units of planning per arrival (admission)
         self._demand = None         # recent mean estimated probe units queued per planned arrival
+        self._scan_ratio = (0.0, 0.0)   # decayed (units charged, units estimated) of the probe batches
         if demand_shed and self.preference != "desc":
             raise SketchQLError(f"PTJoin: demand_shed is for desc only, got preference {self.preference!r}")
         self.demand_shed = bool(demand_shed)
@@ -814,12 +818,21 @@ class PTJoin(PairOutput):
         units at the measured seconds per unit."""
         if not self.demand_shed or self._demand is None:
             return 1.0
+        demand = self._demand
         if self.wall:
             c1 = self._timer.fit()[1] if self._timer.n >= 3 else self._sec_per_unit
             if not c1:
                 return 1.0
             income = income / c1
-        return demand_fraction(income, n, self._demand, self.demand_margin)
+        else:
+            # D is estimated from whole cells; a bounded scan is charged only the window's run and
+            # the searches: D in the units a probe is charged (the probe batches' charged /
+            # estimated units, decayed), so that the queue holds kappa times what the income
+            # can probe (admission, "Demand")
+            a, e = self._scan_ratio
+            if e > 0:
+                demand *= min(1.0, a / e)
+        return demand_fraction(income, n, demand, self.demand_margin)
 
     def admit_plan(self, batch, sides):
         """The arrivals to plan: all of those ingested while their planning takes
@@ -1261,6 +1274,9 @@ class PTJoin(PairOutput):
         work, parts = self._scan_sides(srow, scell, side, val, stf, stt, scont)
         if not self.wall:
             st["max_batch_work"] = max(st["max_batch_work"], work)
+        if est_taken > 0:   # what the estimates' entries cost when scanned (demand, admission)
+            a, e = self._scan_ratio
+            self._scan_ratio = (0.95 * a + lk + work, 0.95 * e + est_taken)
         if parts:
             q = np.concatenate([p[1] for p in parts])   # scan row of each match
             y_rid = np.concatenate([p[2] for p in parts])

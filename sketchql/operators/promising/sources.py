@@ -172,7 +172,8 @@ class IndexSource:
     may_repeat = True
 
     def __init__(self, window: float, index=None, granularity: float = 10.0, rate: int = 2,
-                 depth: int | None = None, config=None, name: str = "pt", seed: int = 0):
+                 depth: int | None = None, config=None, name: str = "pt", seed: int = 0,
+                 whole_g1_zones: bool = False):
         from ...index import IndexConfig, StreamIndex, SummaryDeclaration
 
         if index is None:
@@ -189,8 +190,19 @@ class IndexSource:
             decl = SummaryDeclaration(name, name, "key", granularity=float(granularity), rate=int(rate),
                                       depth=int(depth))
             # 256 value buckets of 64-counter sketches: the sketch memory of 64 x 256, but a
-            # cell holds a quarter of the other values (compares without output, issue 16)
-            cfg = config if config is not None else IndexConfig(structure="T4", n_buckets=256, w=64, seed=seed)
+            # cell holds a quarter of the other values (compares without output, issue 16).
+            # whole_g1_zones (desc's private index, PTJoin): a G1 zone may last the whole G1 period
+            # (T4 still starts a new zone when the value distribution changes).  Each zone is a
+            # cell per probe, and the default MAXLENGTH of a quarter period cut G1 into 2.5 s cells
+            # of a few pairs each, a probe and a window search apiece (issue 16, full bench, desc /
+            # Figure 11 bound at 10..100 ms: 96.61 / 97.52 / 97.63 / 97.34 / 96.47 / 94.01 / 97.81 /
+            # 99.66 / 99.90 / 99.98 -> 96.41 / 97.12 / 97.44 / 97.41 / 96.90 / 94.58 / 98.13 / 99.67
+            # / 99.91 / 99.99 %; desc's mean |ts1 - ts2| at 10 ms 12.5 -> 5.4 s).  Not for weighted:
+            # its strata are (value, granularity) and coarser G1 zones made its steady-state
+            # Hist-MSE at 10 / 20 ms (bench --quick) 0.00084 / 0.00175 -> 0.0022 / 0.0027.
+            cfg = config if config is not None else IndexConfig(
+                structure="T4", n_buckets=256, w=64, seed=seed,
+                max_zone_length=float(granularity) if whole_g1_zones else None)
             index = StreamIndex(decl, cfg)
         self.ix = index
         self.t1 = float(index.decl.granularity)
