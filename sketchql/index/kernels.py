@@ -418,9 +418,12 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     shift, logw, mult_0 .. mult_{d-1}]``: then ``bucket``/``idx``/``sgn``
     (buffers of at least P columns) are first filled from the key codes
     ``keys.view(uint64)`` as :func:`hash_cells` does.
-    ``ct``/``cr``: scratch (ts, row id) where probes of one key share their cell scans (with
-    sketches only: structure T1's raw zone scan stays per probe; see :func:`_match_regions`);
-    empty: no sharing.
+    Probes of one key (equal 64 bits, :func:`_key_groups`; with sketches only: structure T1's raw
+    zone scan stays per probe) share their work: a node's estimate and pass/fail for a key is
+    computed by its first probe that reaches the node and reused by the others (``visited`` still
+    counts one estimate per (probe, node) reached, as the reference does), and ``ct``/``cr`` are
+    the scratch (ts, row id) of their shared cell scans (see :func:`_match_regions`; empty: no
+    sharing of scans).
     """
     P = keys.shape[0]
     N = lo.shape[0]
@@ -431,6 +434,10 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
+    gid = np.empty(P if sketch else 0, dtype=np.int64)
+    ng = _key_groups(keys, gid) if sketch else 0
+    memo = np.zeros(N * ng, dtype=np.int8)        # (node, key group): 0 not yet, 1 passed, 2 pruned
+    mest = np.empty(N * ng, dtype=np.float64)
     nr = 0
     nm = 0
     visited = 0
@@ -444,6 +451,7 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
             e = tt[p]
             b = bucket[p]
             ub = np.uint64(b)
+            gp = gid[p] if ng > 0 else -1
             for k in range(g1 - 1, g0 - 1, -1):
                 uk = np.uint64(k)
                 ok = hi[uk] > a and lo[uk] <= e
@@ -457,6 +465,13 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 if not sketch:
                     passed[uk] = True
                     continue
+                mi = np.uint64(k * ng + gp)
+                if gp >= 0:
+                    st = memo[mi]
+                    if st != 0:                 # this key's estimate at this node: known from an earlier probe
+                        est[uk] = mest[mi]
+                        passed[uk] = st == 1
+                        continue
                 o = np.uint64(k * bdw + b * dw)
                 if d == 5:                      # branchless median of 5 (the default d)
                     m = np.float64(_median5(store[o + np.uint64(idx[0, p])] * sgn[0, p],
@@ -476,6 +491,9 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 if thr < min_est:
                     thr = min_est
                 passed[uk] = m >= thr
+                if gp >= 0:
+                    mest[mi] = m
+                    memo[mi] = 1 if m >= thr else 2
             for k in range(g0, g1):
                 uk = np.uint64(k)
                 if not (leaf[uk] and passed[uk]):
@@ -487,8 +505,6 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
                 work += clen[np.uint64(k * B + b)]
                 nr += 1
     if nr <= cap_r:
-        gid = np.empty(P if sketch else 0, dtype=np.int64)
-        ng = _key_groups(keys, gid) if sketch else 0
         nm = _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                             Vc, Tc, Rc, HV, HT, HR, hstart, mp, rend, mv, mt, mr, gid, ng, ct, cr)
     return nr, nm, visited, flat, work
