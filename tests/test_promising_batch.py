@@ -252,3 +252,64 @@ def test_batched_selection_scans_the_same_regions_as_one_at_a_time(ups, kind):
             if math.isinf(ups):
                 ops["auto"].drain()
                 assert np.array_equal(np.sort(ops["auto"].current(qi, now)), np.sort(arr.seq[m]))
+
+
+def test_desc_private_index_has_whole_g1_zones():
+    """desc's private index lets a G1 zone last the whole G1 period (issue 16); weighted
+    and asc keep the quarter-period MAXLENGTH (weighted's strata), a given config is kept."""
+    from sketchql.index import IndexConfig
+
+    d = PTJoin(window=20.0, preference="desc", source="index", source_options={"granularity": 4.0})
+    assert all(s.ix.config.max_zone_length == 4.0 for s in d.sources)
+    for pref in ("weighted", "asc"):
+        q = PTJoin(window=20.0, preference=pref, source="index", source_options={"granularity": 4.0})
+        assert all(s.ix.config.max_zone_length is None for s in q.sources)
+    cfg = IndexConfig(structure="T4", n_buckets=16, w=16, seed=1)
+    g = PTJoin(window=20.0, preference="desc", source="index", source_options={"config": cfg})
+    assert all(s.ix.config.max_zone_length is None for s in g.sources)
+
+
+def test_g1_zones_follow_the_period_and_pairs_stay_exact(stream):
+    """With whole G1 zones the G1 period is split only on a distribution change: fewer G1
+    zones than with the quarter-period MAXLENGTH on the same stream, and an unlimited budget
+    still returns exactly the exact join."""
+    from sketchql.index import IndexConfig
+    from sketchql.operators.promising.sources import IndexSource
+
+    def g1_zones(whole):
+        src = IndexSource(10.0, granularity=4.0, whole_g1_zones=whole)
+        n = 0
+        for a in range(0, len(stream), 200):
+            b = min(a + 200, len(stream))
+            src.ingest(stream.item[a:b], stream.ts[a:b], stream.seq[a:b])
+            n = max(n, sum(1 for gi, z in src.ix._live() if gi == 0 and z.n))
+        return n
+    assert g1_zones(True) < g1_zones(False)
+    op = PTJoin(window=10.0, preference="desc", source="index")
+    replay(stream, {"pt": op}, WorkBudget.unlimited(), tick_seconds=0.25)
+    ea, eb = exact_join_pairs(stream, 10.0)
+    assert np.array_equal(_key(*op.pairs(), len(stream)), _key(ea, eb, len(stream)))
+
+
+def test_demand_is_scaled_to_the_units_probes_are_charged(stream, monkeypatch):
+    """Demand shedding measures D in charged units (issue 16): the probe batches' charged /
+    estimated ratio is <= 1 with bounded scans, and scaling D by it sheds fewer arrivals than
+    the whole-cell estimate (ratio ignored), the output still an exact subset."""
+    def run(scaled):
+        op = PTJoin(window=10.0, preference="desc", source="index", demand_shed=True)
+        if not scaled:
+            pb = PTJoin._probe_batch
+
+            def no_ratio(self, *a, **k):
+                out = pb(self, *a, **k)
+                self._scan_ratio = (0.0, 0.0)
+                return out
+            monkeypatch.setattr(op, "_probe_batch", no_ratio.__get__(op))
+        replay(stream, {"pt": op}, WorkBudget(units_per_second=1500), tick_seconds=0.25)
+        r = evaluate_join(stream, 10.0, *op.pairs())
+        assert r["invalid"] == 0 and r["duplicates"] == 0
+        return op
+    s, u = run(True), run(False)
+    a, e = s._scan_ratio
+    assert 0 < a <= e
+    assert 0 < s.stats()["shed"] < u.stats()["shed"], (s.stats()["shed"], u.stats()["shed"])
