@@ -220,6 +220,10 @@ def _key_groups(keys, gid):
 
 #: above this many (node, key group) pairs the matching does not share cell scans per key (memory)
 SHARE_MAX = 1 << 20
+#: batches of fewer probes do not share work per key: few repeats, and the grouping's tables cost about
+#: what they save (a ~50-probe batch at ~600 tuples per window, ~3 outputs per probe: warm kernel
+#: 6.5-6.7 us grouped vs 6.4-6.5 not)
+SHARE_MIN_P = 64
 
 
 @numba.njit(cache=True, inline="always")
@@ -273,12 +277,12 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
     if cap_c > 0 and nl * ng <= SHARE_MAX:
         cst = np.full(nl * ng, -1, dtype=np.int64)      # (node, group) -> run start in ct/cr, -1: not yet
         cln = np.empty(nl * ng, dtype=np.int64)
-        csr = np.empty(nl * ng, dtype=np.bool_)
-    else:
+        csr = np.empty(nl * ng, dtype=np.int64)         # run sorted by ts (1) or not (0)
+    else:                                               # (no sharing: no allocation, empty views)
         cap_c = 0
-        cst = np.full(0, -1, dtype=np.int64)
-        cln = np.empty(0, dtype=np.int64)
-        csr = np.empty(0, dtype=np.bool_)
+        cst = gid[:0]
+        cln = gid[:0]
+        csr = gid[:0]
     nc = np.uint64(0)
     for r in range(nr):
         p = rp[r]
@@ -320,13 +324,13 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                 cs = np.int64(nc)
                 cst[mi] = cs
                 cln[mi] = np.int64(u - nc)
-                csr[mi] = srt
+                csr[mi] = 1 if srt else 0
                 nc = u
             if cs >= 0:
                 ucs = np.uint64(cs)
                 ln = np.uint64(cln[mi])
                 u0 = np.uint64(nm)
-                if csr[mi]:
+                if csr[mi] != 0:
                     j0 = _first_above(ct, ucs, ln, a)
                     j1 = _first_above(ct, j0, ucs + ln - j0, e)
                     cnt = j1 - j0
@@ -434,10 +438,15 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     passed = np.zeros(N, dtype=np.bool_)
     est = np.zeros(N, dtype=np.float64)
     rows = np.empty(d, dtype=np.int64)
-    gid = np.empty(P if sketch else 0, dtype=np.int64)
-    ng = _key_groups(keys, gid) if sketch else 0
-    memo = np.zeros(N * ng, dtype=np.int8)        # (node, key group): 0 not yet, 1 passed, 2 pruned
-    mest = np.empty(N * ng, dtype=np.float64)
+    share = sketch and P >= SHARE_MIN_P
+    gid = np.empty(P if share else 0, dtype=np.int64)
+    ng = _key_groups(keys, gid) if share else 0
+    if ng > 0:
+        memo = np.zeros(N * ng, dtype=np.int64)   # (node, key group): 0 not yet, 1 passed, 2 pruned
+        mest = np.empty(N * ng, dtype=np.float64)
+    else:
+        memo = gid[:0]
+        mest = est[:0]
     nr = 0
     nm = 0
     visited = 0
