@@ -231,8 +231,9 @@ class PTJoin(PairOutput):
         self.stratify = bool(stratify)
         self.seed = int(seed)
         if self.preference == "desc" and source == "index" and not (source_options or {}).get("config"):
-            # desc's private index: G1 zones as long as the period (IndexSource, whole_g1_zones)
-            source_options = {"whole_g1_zones": True, **(source_options or {})}
+            # desc's private index: G1 zones as long as the period and 1024 value buckets of
+            # 16-counter sketches (IndexSource: whole_g1_zones, n_buckets, w)
+            source_options = {"whole_g1_zones": True, "n_buckets": 1024, "w": 16, **(source_options or {})}
         if isinstance(source, (list, tuple)):
             self.sources = [make_source(s, self.window, seed, source_options) for s in source]
         else:
@@ -1563,7 +1564,9 @@ class PTJoinGroup:
             raise SketchQLError(f"PTJoinGroup: cpu must be 'shared' or 'separate', got {cpu!r}")
         self.queries = list(queries)
         self.cpu = cpu
-        lead = max(self.queries, key=lambda q: q.window)
+        # the widest window's index; among those a query's other than desc (desc's private index
+        # is laid out for desc: whole G1 zones, 1024 buckets; PTJoin.__init__)
+        lead = max(self.queries, key=lambda q: (q.window, q.preference != "desc"))
         for q in self.queries:
             if q.streams != lead.streams or q.key != lead.key:
                 raise SketchQLError("PTJoinGroup: all queries must join the same streams on the same key")
