@@ -395,12 +395,21 @@ class PTJoin(PairOutput):
         pend = self._hpend
         if not pend:
             self._pend_t0 = float(ts[0])
+            if self.__dict__.get("_t_first") is None:
+                self._t_first = self._pend_t0
         pend.append(batch)
         if float(ts[-1]) - self._pend_t0 < self._defer_limit() and self._sec_direct is not None \
                 and self.account < self.wall_rounds_direct * self._sec_direct:
             self._stats["deferred_ticks"] += 1
             return
         self._hash_release()
+
+    def _span_income(self) -> float:
+        """Wall clock, hash rounds: the account's income over one latency span
+        (:meth:`_defer_limit` seconds of event time at the mean income so far)."""
+        t0 = self.__dict__.get("_t_first")
+        span = self.now - t0 if t0 is not None else 0.0
+        return self._stats["allowance"] / span * self._defer_limit() if span > 0 else 0.0
 
     def _hash_release(self) -> None:
         """Run a hash round on the arrivals waiting (:meth:`_defer_hash`)."""
@@ -667,7 +676,14 @@ class PTJoin(PairOutput):
         t0 = clock()
         st = self._stats
         self.now = max(self.now, float(batch.ts[-1]))
-        if self._sec_direct is not None and self.account < self._sec_direct:
+        span_income = self._span_income()
+        # shed only when the share cannot pay the rounds themselves (a latency span's income below
+        # wall_rounds_direct rounds): a debt from a spike of real time (a preemption: ms, more than
+        # the share earns in a span at 50-100 ms) is then repaid by later income while the rounds
+        # store their arrivals and carry them (probed once the account allows) -- shedding lost up
+        # to a latency span of arrivals per round until the debt was repaid
+        if self._sec_direct is not None and self.account < self._sec_direct \
+                and span_income < self.wall_rounds_direct * self._sec_direct:
             st["shed"] += len(batch)
             self._sec_direct *= 0.8   # decays while no round runs (see _tick_direct)
             dt = clock() - t0
@@ -716,9 +732,15 @@ class PTJoin(PairOutput):
             self._wall_batch_done(clock() - ts0, units)
             done = b
         st["direct_probed"] += done
-        # the heaviest arrivals not probed are candidates of the next round again (at most as many as
-        # this round brought: the round's fixed part stays bounded); unprobed = let go + carried
-        vh.carry(done, new)
+        # the heaviest arrivals not probed are candidates of the next round again: as many as one
+        # latency span's income can probe (at its measured seconds per unit), at least as many as
+        # this round brought -- the next rounds' fixed part stays bounded; unprobed = let go + carried
+        cap = new
+        c1 = self._timer.fit()[1] if self._timer.n >= 3 else self._sec_per_unit
+        if done < n and c1:
+            base = float(cum[done - 1]) if done else 0.0
+            cap = max(cap, int(np.searchsorted(cum, base + span_income / c1, "right")) - done)
+        vh.carry(done, cap)
         st["direct_unprobed"] = vh.dropped + vh.carried
         if done == n:   # everything probed: idle time cannot be banked
             self._idle()

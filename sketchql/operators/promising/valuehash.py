@@ -86,7 +86,7 @@ class ValueHash:
         self._t_max = -np.inf          # newest stored ts (round: are the rows still in ts order?)
         self._mono = True              # every row so far came in non-decreasing ts (round's window search)
         self._carry = _NO_CARRY        # (side, rid, ts, val, code) of arrivals carried to the next round
-        self._last = _NO_CARRY         # the last round's candidates in its order (round)
+        self._last = _NO_CARRY + (_E64,)   # the last round's candidates in its order (round)
         self.dropped = 0               # candidates let go unprobed (carry, round)
         self.stored = 0                # rows stored by round in all
 
@@ -192,20 +192,25 @@ class ValueHash:
         self._t_min, self._t_max, self._mono = r[14], r[15], r[16]
         self.stored += int(r[5].shape[0]) - int(ls.shape[0]) + int(r[17])
         self.dropped += r[17]
-        self._last = (r[5], r[6], r[7], r[8], r[13])
+        self._last = (r[5], r[6], r[7], r[8], r[13], r[12])
         self._carry = _NO_CARRY
         return r[5:13]
 
     def carry(self, start: int, cap: int) -> int:
         """Carry the last round's candidates ``start : start + cap`` (in its order:
-        the heaviest not probed) into the next round's candidates; the rest are
-        let go (added to ``dropped`` and returned)."""
-        side, rid, ts, val, code = self._last
+        the heaviest not probed) into the next round's candidates.  Those without
+        partners (the order's tail) have nothing to find -- a later partner finds
+        them -- and are settled; the rest beyond the cap are let go (added to
+        ``dropped`` and returned)."""
+        side, rid, ts, val, code, ccum = self._last
         n = rid.shape[0]
+        if n and start < n:   # the candidates up to the last one with partners
+            tot = int(ccum[-1])
+            n = int(np.searchsorted(ccum, tot, "left")) + 1 if tot > 0 else 0
         stop = min(n, start + max(int(cap), 0))
         self._carry = (side[start:stop], rid[start:stop], ts[start:stop], val[start:stop], code[start:stop]) \
             if stop > start else _NO_CARRY
-        gone = n - stop
+        gone = max(n - max(stop, start), 0)
         self.dropped += gone
         return gone
 
