@@ -258,6 +258,7 @@ class PTJoin(PairOutput):
         self.wall_hash = True       # wall clock, desc, private index: direct rounds on a value hash (_tick_hash)
         self._vhash = None          # hash rounds: the kept arrivals (.valuehash)
         self.wall_rounds_direct = 4.0   # wall clock: a direct round waits until the account covers this many
+        self.wall_rounds_hash = 16.0    # wall clock: the same for a hash round (_defer_hash)
         self._dheat = None          # direct rounds' value heat when desc does not shed by demand
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.wall_rounds = 2.0      # wall clock: a round waits until the account covers this many rounds
@@ -385,11 +386,17 @@ class PTJoin(PairOutput):
 
     def _defer_hash(self, batch, allowance) -> None:
         """Wall clock, hash rounds: :meth:`_defer`'s waiting (credit now, wait while
-        the account does not cover ``wall_rounds_direct`` rounds, at most
+        the account does not cover ``wall_rounds_hash`` rounds, at most
         :meth:`_defer_limit` seconds of event time), keeping only the columns a
         hash round reads: joining the waiting batches' every column cost ~45 us
         per round, as much as the round itself.  A hash round keeps no index, so
-        the batch is not cut in time chunks either."""
+        the batch is not cut in time chunks either.  ``wall_rounds_hash`` is 16
+        (the index's direct rounds: 4): a hash round's fixed part is a merge of
+        the whole window's store (~0.1-0.28 ms at the end of the bench's 10 ms
+        stream, ~6,000 rows), whatever its arrivals, so fewer, larger rounds
+        leave more of the account to probing (bench stream, 10 ms, CPU-time
+        clock, 3 runs: desc 100 / 99.3 / 92.0 % with 4, 100 / 100 / 99.9 % with
+        8, 100 / 100 / 100 % with 16; rounds 85-95 -> 28-32)."""
         self._credit(float(allowance.sum()) if allowance.shape[0] > 32 else sum(allowance.tolist()))
         ts = batch.ts
         pend = self._hpend
@@ -399,7 +406,7 @@ class PTJoin(PairOutput):
                 self._t_first = self._pend_t0
         pend.append(batch)
         if float(ts[-1]) - self._pend_t0 < self._defer_limit() and self._sec_direct is not None \
-                and self.account < self.wall_rounds_direct * self._sec_direct:
+                and self.account < self.wall_rounds_hash * self._sec_direct:
             self._stats["deferred_ticks"] += 1
             return
         self._hash_release()
@@ -678,12 +685,12 @@ class PTJoin(PairOutput):
         self.now = max(self.now, float(batch.ts[-1]))
         span_income = self._span_income()
         # shed only when the share cannot pay the rounds themselves (a latency span's income below
-        # wall_rounds_direct rounds): a debt from a spike of real time (a preemption: ms, more than
+        # two rounds): a debt from a spike of real time (a preemption: ms, more than
         # the share earns in a span at 50-100 ms) is then repaid by later income while the rounds
         # store their arrivals and carry them (probed once the account allows) -- shedding lost up
         # to a latency span of arrivals per round until the debt was repaid
         if self._sec_direct is not None and self.account < self._sec_direct \
-                and span_income < self.wall_rounds_direct * self._sec_direct:
+                and span_income < 2.0 * self._sec_direct:
             st["shed"] += len(batch)
             self._sec_direct *= 0.8   # decays while no round runs (see _tick_direct)
             dt = clock() - t0
