@@ -12,7 +12,16 @@ SIGMOD 2003, "PROB": keep the tuples whose join value is frequent in the
 other stream): keep the heaviest join values, by :mod:`.valueheat`, and
 join exactly those.  For that an exact per-value hash is all the state
 needed -- the summaries' job (which values are heavy) is done by the heat --
-and it costs a handful of vectorized numpy calls per round, ~0.1 ms.
+and a round is one compiled pass (:meth:`ValueHash.round`).
+
+Why compiled: the numpy round (a merge, two ``searchsorted``, a
+``lexsort``, a ``cumsum`` and the calls around them, ~30 numpy calls) cost
+100-300 us per round in the bench at 100 ms -- each call ~1-2 us warm, 2-3x
+that with the caches cold after the other operators' ticks --, plus ~57 us
+to join the waiting batches' every column; with ~6 rounds and ~114 waiting
+ticks (~3 us each) in a 1.7-1.9 ms share desc shed whole rounds (desc /
+CompiledSHJ 0.60-0.94).  :meth:`ValueHash.round` and :meth:`ValueHash.pairs`
+are one kernel call each (~18 + 6 us warm, ~40-80 us in situ).
 
 State: one array of the kept arrivals ``(code, rid, ts)`` in ``(code,
 rid)`` order, ``code = 2 v + side`` for the join value ``v`` (so a value's
@@ -24,7 +33,8 @@ checks the stored value.  Expiry drops the rows with ``ts <= horizon``.
 
 Probe of an arrival ``x`` (side ``s``, value ``v``, ``x.rid``, ``x.ts``):
 the block ``[lo, hi)`` of code ``2 v + (1 - s)`` (two ``searchsorted`` for
-all probes at once), then the pairs ``y`` of the block with ``y.rid <
+all probes at once; :meth:`ValueHash.round` narrows it to the exact partner
+range by two more binary searches), then the pairs ``y`` of the block with ``y.rid <
 x.rid`` (found by the *later* member, as everywhere in PT-Join: no
 duplicates) and ``y.ts > x.ts - w`` (the window; ``|x.ts - y.ts| < w``
 since ``y`` is not later).  Its cost is known before the scan: ``probe +
