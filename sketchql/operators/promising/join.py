@@ -78,7 +78,9 @@ are all direct and keep no index: the index's upkeep (0.3-0.6 ms of real
 time per ingest call) is what an overloaded share cannot pay, so the
 window's arrivals go to a per-value hash (:mod:`.valuehash`) and each round
 probes them heaviest first by their exact number of stored partners
-(:meth:`PTJoin._tick_hash`, ~0.1 ms per round).  An index shared with the
+(:meth:`PTJoin._tick_hash`: one compiled pass per round, 40-80 us in the
+bench at 100 ms, up to ~0.28 ms with a 6,000-row window; a round carries the
+heaviest arrivals it cannot pay for to the next).  An index shared with the
 engine is kept up anyway: there desc keeps the index's direct rounds.
 A :class:`PTJoinGroup` plans every query (its members run no direct rounds).
 
@@ -259,6 +261,7 @@ class PTJoin(PairOutput):
         self._sec_insert = None     # wall clock: measured seconds per ingested tuple
         self._starved = False       # arrivals went unplanned for lack of budget: keep the account
         self._pend = []             # wall clock: arrivals waiting for a round (see _defer)
+        self._hpend = []            # wall clock, hash rounds: arrival batches waiting (see _defer_hash)
         self._backlog = {"side": [], "ts": [], "seq": [], "val": []}   # arrivals not planned yet
         self._sec_round = None      # wall clock: measured seconds of a round's ingest + planning
         self._sec_direct = None     # wall clock: measured seconds of a direct round's fixed part (_tick_direct)
@@ -267,6 +270,7 @@ class PTJoin(PairOutput):
         self.wall_hash = True       # wall clock, desc, private index: direct rounds on a value hash (_tick_hash)
         self._vhash = None          # hash rounds: the kept arrivals (.valuehash)
         self.wall_rounds_direct = 4.0   # wall clock: a direct round waits until the account covers this many
+        self.wall_rounds_hash = 16.0    # wall clock: the same for a hash round (_defer_hash)
         self._dheat = None          # direct rounds' value heat when desc does not shed by demand
         self.wall_defer = None      # wall clock: most event-time seconds arrivals may wait (None: auto)
         self.wall_rounds = 2.0      # wall clock: a round waits until the account covers this many rounds
@@ -353,6 +357,8 @@ class PTJoin(PairOutput):
             self._credit(float(np.sum(allowance)))
             return
         if self.wall:
+            if self.wall_direct and self.preference == "desc" and self._hash_rounds():
+                return self._defer_hash(batch, allowance)
             batch, allowance = self._defer(batch, allowance)
             if batch is None:
                 return
@@ -389,6 +395,60 @@ class PTJoin(PairOutput):
         if self._pend:
             self._pend_t0 = float(self._pend[0][0].ts[0])
         return _join_parts(parts)
+
+    def _defer_hash(self, batch, allowance) -> None:
+        """Wall clock, hash rounds: :meth:`_defer`'s waiting (credit now, wait while
+        the account does not cover ``wall_rounds_hash`` rounds, at most
+        :meth:`_defer_limit` seconds of event time), keeping only the columns a
+        hash round reads: joining the waiting batches' every column cost ~45 us
+        per round, as much as the round itself.  A hash round keeps no index, so
+        the batch is not cut in time chunks either.  ``wall_rounds_hash`` is 16
+        (the index's direct rounds: 4): a hash round's fixed part is a merge of
+        the whole window's store (~0.1-0.28 ms at the end of the bench's 10 ms
+        stream, ~6,000 rows), whatever its arrivals, so fewer, larger rounds
+        leave more of the account to probing (bench stream, 10 ms, CPU-time
+        clock, 3 runs: desc 100 / 99.3 / 92.0 % with 4, 100 / 100 / 99.9 % with
+        8, 100 / 100 / 100 % with 16; rounds 85-95 -> 28-32)."""
+        self._credit(float(allowance.sum()) if allowance.shape[0] > 32 else sum(allowance.tolist()))
+        ts = batch.ts
+        pend = self._hpend
+        if not pend:
+            self._pend_t0 = float(ts[0])
+            if self.__dict__.get("_t_first") is None:
+                self._t_first = self._pend_t0
+        pend.append(batch)
+        if float(ts[-1]) - self._pend_t0 < self._defer_limit() and self._sec_direct is not None \
+                and self.account < self.wall_rounds_hash * self._sec_direct:
+            self._stats["deferred_ticks"] += 1
+            return
+        self._hash_release()
+
+    def _span_income(self) -> float:
+        """Wall clock, hash rounds: the account's income over one latency span
+        (:meth:`_defer_limit` seconds of event time at the mean income so far)."""
+        t0 = self.__dict__.get("_t_first")
+        span = self.now - t0 if t0 is not None else 0.0
+        return self._stats["allowance"] / span * self._defer_limit() if span > 0 else 0.0
+
+    def _hash_release(self) -> None:
+        """Run a hash round on the arrivals waiting (:meth:`_defer_hash`).  Joining
+        them is part of the round's fixed part: charged (``round_seconds``) before
+        the round may find everything probed and drop the unspent account
+        (:meth:`_idle`) -- charged after it (as the tick's overhead) it fell on
+        the next arrivals' income, and a round just before the stream's end left
+        the last arrivals ~20-40 us short of their own round (bench, 50 ms: 26
+        arrivals, 20 of them never probed, desc 97.0 %)."""
+        pend, self._hpend = self._hpend, []
+        if len(pend) == 1:
+            batch = pend[0]
+        else:
+            t = time.perf_counter()
+            batch = _cols_batch({k: np.concatenate([getattr(b, k) for b in pend])
+                                 for k in (self.key, "stream", "seq", "ts")})
+            dt = time.perf_counter() - t
+            self.account -= dt
+            self._stats["round_seconds"] += dt
+        self._tick_hash(batch, 0.0)
 
     def _defer_limit(self) -> float:
         """Most event-time seconds arrivals wait for a round (:meth:`_defer`):
@@ -445,6 +505,8 @@ class PTJoin(PairOutput):
 
     def finish(self) -> None:
         """Process the arrivals still waiting (wall clock, see :meth:`_defer`)."""
+        if self._hpend:
+            self._hash_release()
         if self._pend:
             parts, self._pend = self._pend, []
             batch, allowance = _join_parts(parts)
@@ -620,27 +682,37 @@ class PTJoin(PairOutput):
 
         The index's upkeep costs real time per ingest call (0.3-0.6 ms) that an
         overloaded share cannot pay (the bench's 50 and 100 ms streams: 1.7-4 ms
-        of CPU for 30 s), so these rounds keep no index: every arrival of the
-        round is stored in the value hash (a merge, a few numpy calls; the
-        window's arrivals stay partners), then the arrivals probe the other
-        stream's rows of their value heaviest first, by their *exact* number
-        of stored partners ``hi - lo`` (rid order among equals) -- desc's
-        "most promising first" without estimates: a probe costs ``probe +
-        compare * (hi - lo)`` and yields up to ``hi - lo`` pairs, so this is
-        the greedy order of the cost model's knapsack -- in batches sized by
-        the account (``BatchTimer``); what it cannot cover stays unprobed (a
-        partner for later arrivals, ``direct_unprobed``).  An arrival is
-        probed at most once and a pair is found by its later member, so the
-        answer is an exact subset without duplicates, and the exact join when
-        the account covers everything.  A round that finds the account below
-        its measured fixed part sheds its batch (as :meth:`_tick_direct`).
-        Charged: the round's real seconds; counted in ``stats()``: one insert
-        per stored arrival, a probe per probed arrival, its compares."""
+        of CPU for 30 s), so these rounds keep no index: one compiled pass
+        (:meth:`.valuehash.ValueHash.round`) stores every arrival of the round
+        (the window's arrivals stay partners) and finds each candidate's exact
+        partner range -- the other stream's rows of its value, older than it and
+        inside its window --, so a probe costs ``probe + compare * k`` for its
+        ``k`` pairs, and orders the candidates heaviest first (rid order among
+        equals): desc's "most promising first" without estimates, the greedy
+        order of the cost model's knapsack.  The candidates are the round's
+        arrivals and the heaviest ones an earlier round could not pay for
+        (carried, at most as many as that round brought, while they still have
+        partners: a spike of real time then delays their probes instead of
+        losing them).  They are probed in batches sized by the account
+        (``BatchTimer``).  An arrival is probed at most once and a pair is found
+        by its later member, so the answer is an exact subset without
+        duplicates, and the exact join when the account covers everything.  A
+        round that finds the account below its measured fixed part sheds its
+        batch (as :meth:`_tick_direct`).  Charged: the round's real seconds;
+        counted in ``stats()``: one insert per stored arrival, a probe per
+        probed arrival, its compares (``direct_unprobed``: let go or carried)."""
         clock = time.perf_counter
         t0 = clock()
         st = self._stats
         self.now = max(self.now, float(batch.ts[-1]))
-        if self._sec_direct is not None and self.account < self._sec_direct:
+        span_income = self._span_income()
+        # shed only when the share cannot pay the rounds themselves (a latency span's income below
+        # two rounds): a debt from a spike of real time (a preemption: ms, more than
+        # the share earns in a span at 50-100 ms) is then repaid by later income while the rounds
+        # store their arrivals and carry them (probed once the account allows) -- shedding lost up
+        # to a latency span of arrivals per round until the debt was repaid
+        if self._sec_direct is not None and self.account < self._sec_direct \
+                and span_income < 2.0 * self._sec_direct:
             st["shed"] += len(batch)
             self._sec_direct *= 0.8   # decays while no round runs (see _tick_direct)
             dt = clock() - t0
@@ -651,43 +723,38 @@ class PTJoin(PairOutput):
         if self._vhash is None:
             self._vhash = ValueHash(self.window)
         vh = self._vhash
+        stored0 = vh.stored
         w = self.window
         self._t0 = max(self._t0, float(batch.ts[0]))
         if math.isfinite(w):
-            vh.expire(self._t0 - w)
+            horizon = self._t0 - w
         else:   # whole stream: the history the index would keep (its memory bound, admission.retained_history)
-            hist = min(retained_history(src) for src in self.sources)
-            if math.isfinite(hist):
-                vh.expire(self._t0 - hist)
-        keys = np.asarray(getattr(batch, self.key), np.int64)
-        stream = batch.stream
-        is1 = stream == self.streams[1]
-        keep = is1 | (stream == self.streams[0])
-        rows = np.flatnonzero(keep)
-        n = rows.shape[0]
-        side = is1[rows].astype(np.int64)
-        x_rid, x_ts, val = batch.seq[rows].astype(np.int64, copy=False), batch.ts[rows], keys[rows]
-        vh.add(val, side, x_rid, x_ts)
-        self._charge(COSTS["insert"] * n, "insert_work")
-        st["tuples_in"] += n
-        # each kept arrival's block of partners in the store: its exact probe cost
-        lo, hi = vh.block(val, side)
-        est = COSTS["probe"] + COSTS["compare"] * (hi - lo)
-        if n:
-            o = np.lexsort((x_rid, lo - hi))   # heaviest first, rid order among equals
-            side, x_rid, x_ts, val, lo, hi, est = side[o], x_rid[o], x_ts[o], val[o], lo[o], hi[o], est[o]
+            horizon = self._t0 - min(retained_history(src) for src in self.sources)
+        # one compiled pass: store the round's arrivals, find each one's exact partner range, order
+        # them heaviest first (valuehash.ValueHash.round)
+        side, x_rid, x_ts, val, lo, hi, cum, ccum = vh.round(
+            getattr(batch, self.key), batch.stream, self.streams[0], self.streams[1], batch.seq, batch.ts,
+            horizon, COSTS["probe"], COSTS["compare"])
+        n = side.shape[0]
+        new = vh.stored - stored0
+        self._charge(COSTS["insert"] * new, "insert_work")
+        st["tuples_in"] += new
         t1 = clock()
         self.account -= t1 - t0
         self._note_round(t1 - t0, direct=True)
-        cum = np.cumsum(est)
         done = 0
+        # the probes may run up to one round's fixed part ahead of the income (repaid by the next
+        # arrivals), as SIMPLE-SHJ's bounded backlog starts an arrival before its cost is earned:
+        # without it a round just before the stream's end left its arrivals unprobed
+        borrow = self._sec_direct or 0.0
+        self.account += borrow
         while done < n and self.account > 0:
             ts0 = clock()
-            b, units = self._direct_batch_end(cum, est, done)
+            b, units = self._direct_batch_end(cum, None, done)
             take = b - done
             pa, pb, pta, ptb, pv = vh.pairs(val[done:b], x_rid[done:b], x_ts[done:b], side[done:b], lo[done:b],
                                             hi[done:b])
-            comps = int((hi[done:b] - lo[done:b]).sum())
+            comps = int(ccum[b - 1]) - (int(ccum[done - 1]) if done else 0)
             self._charge(COSTS["probe"] * take + COSTS["compare"] * comps)
             st["probes"] += take
             st["compares"] += comps
@@ -698,8 +765,18 @@ class PTJoin(PairOutput):
                 st["outputs"] += int(pa.shape[0])
             self._wall_batch_done(clock() - ts0, units)
             done = b
+        self.account -= borrow
         st["direct_probed"] += done
-        st["direct_unprobed"] += n - done
+        # the heaviest arrivals not probed are candidates of the next round again: as many as one
+        # latency span's income can probe (at its measured seconds per unit), at least as many as
+        # this round brought -- the next rounds' fixed part stays bounded; unprobed = let go + carried
+        cap = new
+        c1 = self._timer.fit()[1] if self._timer.n >= 3 else self._sec_per_unit
+        if done < n and c1:
+            base = float(cum[done - 1]) if done else 0.0
+            cap = max(cap, int(np.searchsorted(cum, base + span_income / c1, "right")) - done)
+        vh.carry(done, cap)
+        st["direct_unprobed"] = vh.dropped + vh.carried
         if done == n:   # everything probed: idle time cannot be banked
             self._idle()
         self._note_debt()
@@ -726,7 +803,7 @@ class PTJoin(PairOutput):
 
     def _direct_batch_end(self, cum, est, done: int):
         """A direct round's next probe batch, arrivals ``done:b`` in order (``cum``: cumulative
-        ``est``): the longest prefix the account buys (:meth:`_wall_need`), at least one arrival
+        ``est``; ``est`` None: read from ``cum``): the longest prefix the account buys (:meth:`_wall_need`), at least one arrival
         (``max_forced`` notes one that alone costs more), ``_FIRST_WALL_BATCH`` before any batch
         was measured.  Returns ``(b, estimated units of the batch)``."""
         n = cum.shape[0]
@@ -738,7 +815,8 @@ class PTJoin(PairOutput):
             take = int(np.searchsorted(cum[done:], base + need, "right"))
             if take == 0:   # the first arrival alone costs more than the account: started anyway
                 take = 1
-                self._stats["max_forced"] = max(self._stats["max_forced"], float(est[done]))
+                first = float(est[done]) if est is not None else float(cum[done]) - base
+                self._stats["max_forced"] = max(self._stats["max_forced"], first)
         b = done + take
         return b, float(cum[b - 1]) - base
 

@@ -12,7 +12,16 @@ SIGMOD 2003, "PROB": keep the tuples whose join value is frequent in the
 other stream): keep the heaviest join values, by :mod:`.valueheat`, and
 join exactly those.  For that an exact per-value hash is all the state
 needed -- the summaries' job (which values are heavy) is done by the heat --
-and it costs a handful of vectorized numpy calls per round, ~0.1 ms.
+and a round is one compiled pass (:meth:`ValueHash.round`).
+
+Why compiled: the numpy round (a merge, two ``searchsorted``, a
+``lexsort``, a ``cumsum`` and the calls around them, ~30 numpy calls) cost
+100-300 us per round in the bench at 100 ms -- each call ~1-2 us warm, 2-3x
+that with the caches cold after the other operators' ticks --, plus ~57 us
+to join the waiting batches' every column; with ~6 rounds and ~114 waiting
+ticks (~3 us each) in a 1.7-1.9 ms share desc shed whole rounds (desc /
+CompiledSHJ 0.60-0.94).  :meth:`ValueHash.round` and :meth:`ValueHash.pairs`
+are one kernel call each (~18 + 6 us warm, ~40-80 us in situ).
 
 State: one array of the kept arrivals ``(code, rid, ts)`` in ``(code,
 rid)`` order, ``code = 2 v + side`` for the join value ``v`` (so a value's
@@ -24,7 +33,8 @@ checks the stored value.  Expiry drops the rows with ``ts <= horizon``.
 
 Probe of an arrival ``x`` (side ``s``, value ``v``, ``x.rid``, ``x.ts``):
 the block ``[lo, hi)`` of code ``2 v + (1 - s)`` (two ``searchsorted`` for
-all probes at once), then the pairs ``y`` of the block with ``y.rid <
+all probes at once; :meth:`ValueHash.round` narrows it to the exact partner
+range by two more binary searches), then the pairs ``y`` of the block with ``y.rid <
 x.rid`` (found by the *later* member, as everywhere in PT-Join: no
 duplicates) and ``y.ts > x.ts - w`` (the window; ``|x.ts - y.ts| < w``
 since ``y`` is not later).  Its cost is known before the scan: ``probe +
@@ -57,6 +67,17 @@ except Exception:   # pragma: no cover
 
 
 _LIM = 1 << 61
+_E64 = np.zeros(0, np.int64)
+_NO_CARRY = (_E64, _E64, np.zeros(0, np.float64), _E64, _E64)
+
+
+def _arr(x, dtype) -> np.ndarray:
+    """``x`` as a C-contiguous writable 1-d array of ``dtype`` (no copy when it is one): the
+    kernels' argument types stay fixed (another dtype or a readonly array would make numba
+    compile or load another specialization inside a timed round)."""
+    if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous and x.flags.writeable:
+        return x
+    return np.array(x, dtype)
 
 
 class ValueHash:
@@ -72,6 +93,12 @@ class ValueHash:
         self.ts = np.zeros(0, np.float64)
         self.wide = False              # some value beyond +-2^61: codes are hashed, matches check the value
         self._t_min = np.inf           # oldest stored ts (expiry is skipped below it)
+        self._t_max = -np.inf          # newest stored ts (round: are the rows still in ts order?)
+        self._mono = True              # every row so far came in non-decreasing ts (round's window search)
+        self._carry = _NO_CARRY        # (side, rid, ts, val, code) of arrivals carried to the next round
+        self._last = _NO_CARRY + (_E64,)   # the last round's candidates in its order (round)
+        self.dropped = 0               # candidates let go unprobed (carry, round)
+        self.stored = 0                # rows stored by round in all
 
     def __len__(self) -> int:
         return int(self.code.shape[0])
@@ -91,6 +118,9 @@ class ValueHash:
 
     def _widen(self) -> None:
         self.wide = True
+        ls, lr, lt, lv, lc = self._carry
+        if lr.shape[0]:
+            self._carry = (ls, lr, lt, lv, _fold(lv) * 2 + ls)
         if self.code.shape[0]:
             self.code = _fold(self.val) * 2 + (self.code & 1)
             o = np.argsort(self.code, kind="stable")
@@ -131,7 +161,73 @@ class ValueHash:
             out[old] = cur
             cols.append(out)
         self.code, self.val, self.rid, self.ts = cols
-        self._t_min = min(self._t_min, float(np.asarray(ts, np.float64)[0]))
+        ts = np.asarray(ts, np.float64)
+        self._t_min = min(self._t_min, float(ts[0]))
+        self._mono = self._mono and bool(ts[0] >= self._t_max) and bool(np.all(ts[1:] >= ts[:-1]))
+        self._t_max = max(self._t_max, float(ts.max()))
+
+    def round(self, val, stream, s0: int, s1: int, rid, ts, horizon: float, c_probe: float = 1.0,
+              c_cmp: float = 1.0):
+        """One hash round's fixed part in one compiled pass (``PTJoin._tick_hash``).
+
+        The arrivals of streams ``s0`` (side 0) and ``s1`` (side 1) -- in rid
+        order, not older than the stored rows -- are stored (the rows with ``ts
+        <= horizon`` expire in the same merge).  The candidates to probe are
+        these arrivals and those carried from the last round (:meth:`carry`);
+        each finds its exact partner range ``[lo, hi)``: the other side's rows
+        of its value with ``y.rid < x.rid`` (binary search on rid inside the
+        value's block) and ``y.ts > x.ts - w`` (on ts: a block in rid order is
+        in ts order), so ``hi - lo`` is the number of pairs its probe yields (an
+        upper bound once ``wide``: hashed codes may collide) and it costs
+        ``c_probe + c_cmp * (hi - lo)``.  A carried arrival left without
+        partners (they expired) is let go (``dropped``).  Returns the
+        candidates heaviest first (most partners; rid order among equals):
+        ``(side, rid, ts, val, lo, hi, cum, ccum)``, ``cum`` the cumulative cost
+        and ``ccum`` the cumulative compares in that order; :meth:`pairs` writes
+        any prefix's pairs."""
+        val = _arr(val, np.int64)
+        stream = _arr(stream, np.int64)
+        rid = _arr(rid, np.int64)
+        ts = _arr(ts, np.float64)
+        code = _fold(val) * 2 + (stream == s1) if self.wide else _E64
+        ls, lr, lt, lv, lc = self._carry
+        r = _round_kernel(self.code, self.val, self.rid, self.ts, self._t_max, self._mono, val, stream,
+                          int(s0), int(s1), rid, ts, code, self.wide, float(horizon), self.window,
+                          float(c_probe), float(c_cmp), ls, lr, lt, lv, lc)
+        p = r[0]
+        if p < 0:   # a value beyond +-2^61: hash the codes and redo
+            self._widen()
+            return self.round(val, stream, s0, s1, rid, ts, horizon, c_probe, c_cmp)
+        self.code, self.val, self.rid, self.ts = r[1][:p], r[2][:p], r[3][:p], r[4][:p]
+        self._t_min, self._t_max, self._mono = r[14], r[15], r[16]
+        self.stored += int(r[5].shape[0]) - int(ls.shape[0]) + int(r[17])
+        self.dropped += r[17]
+        self._last = (r[5], r[6], r[7], r[8], r[13], r[12])
+        self._carry = _NO_CARRY
+        return r[5:13]
+
+    def carry(self, start: int, cap: int) -> int:
+        """Carry the last round's candidates ``start : start + cap`` (in its order:
+        the heaviest not probed) into the next round's candidates.  Those without
+        partners (the order's tail) have nothing to find -- a later partner finds
+        them -- and are settled; the rest beyond the cap are let go (added to
+        ``dropped`` and returned)."""
+        side, rid, ts, val, code, ccum = self._last
+        n = rid.shape[0]
+        if n and start < n:   # the candidates up to the last one with partners
+            tot = int(ccum[-1])
+            n = int(np.searchsorted(ccum, tot, "left")) + 1 if tot > 0 else 0
+        stop = min(n, start + max(int(cap), 0))
+        self._carry = (side[start:stop], rid[start:stop], ts[start:stop], val[start:stop], code[start:stop]) \
+            if stop > start else _NO_CARRY
+        gone = max(n - max(stop, start), 0)
+        self.dropped += gone
+        return gone
+
+    @property
+    def carried(self) -> int:
+        """Arrivals carried into the next round (not probed yet)."""
+        return int(self._carry[1].shape[0])
 
     def block(self, val, side):
         """``(lo, hi)``: the stored rows of value ``val[k]`` on the *other*
@@ -167,6 +263,10 @@ class ValueHash:
         ``k``'s stream), in :meth:`match`'s order: one compiled pass (numba)
         that stops a block's scan at the first row not older than the probe
         (a block is in rid order), or :meth:`match` and a scatter without numba."""
+        if ENABLED:
+            return _pairs_alloc(self.rid, self.ts, self.val, self.wide, _arr(val, np.int64), _arr(x_rid, np.int64),
+                                _arr(x_ts, np.float64), _arr(x_side, np.int64), _arr(lo, np.int64),
+                                _arr(hi, np.int64), self.window)
         val = np.asarray(val, np.int64)
         x_rid = np.asarray(x_rid, np.int64)
         x_ts = np.asarray(x_ts, np.float64)
@@ -177,13 +277,6 @@ class ValueHash:
         if tot == 0:
             e = np.zeros(0, np.int64)
             return e, e, np.zeros(0), np.zeros(0), e
-        if ENABLED:
-            a, b = np.empty(tot, np.int64), np.empty(tot, np.int64)
-            ta, tb = np.empty(tot, np.float64), np.empty(tot, np.float64)
-            v = np.empty(tot, np.int64)
-            n = _pairs_kernel(self.rid, self.ts, self.val, self.wide, val, x_rid, x_ts, x_side, lo, hi,
-                              self.window, a, b, ta, tb, v)
-            return a[:n], b[:n], ta[:n], tb[:n], v[:n]
         k, y_rid, y_ts = self.match(val, x_rid, x_ts, lo, hi)
         s0 = x_side[k] == 0
         xr, xt = x_rid[k], x_ts[k]
@@ -192,21 +285,24 @@ class ValueHash:
 
 
 def warm() -> None:
-    """Load (or compile) the kernel outside any timed round: its first call in
+    """Load (or compile) the kernels outside any timed round: their first call in
     a process reads numba's cache (tens of ms), which a wall-clock round would
     otherwise be charged."""
     if ENABLED:
         z = np.zeros(1, np.int64)
         f = np.zeros(1, np.float64)
         _pairs_kernel(z, f, z, False, z, z, f, z, z, z, 1.0, z.copy(), z.copy(), f.copy(), f.copy(), z.copy())
+        h = ValueHash(1.0)
+        side, rid, ts, val, lo, hi, cum, ccum = h.round(z, z, 0, 1, z, f, -1.0)
+        h.pairs(val, rid, ts, side, lo, hi)
 
 
 def scratch_round_seconds(window: float, n: int = 64, reps: int = 5) -> float:
     """Real seconds of the fixed part of a hash round on scratch data (``n``
-    arrivals per round, the numpy calls of ``PTJoin._tick_hash``'s fixed
-    part: expire, add, block, the heaviest-first order, a first probe batch);
-    the smallest of ``reps`` runs (the first pays first-use costs, timing
-    noise is one-sided).  A prior for the measured round cost."""
+    arrivals per round: :meth:`ValueHash.round` and a first probe batch's
+    :meth:`ValueHash.pairs`); the smallest of ``reps`` runs (the first pays
+    first-use costs, timing noise is one-sided).  A prior for the measured
+    round cost."""
     import time
 
     rng = np.random.default_rng(0)
@@ -214,17 +310,13 @@ def scratch_round_seconds(window: float, n: int = 64, reps: int = 5) -> float:
     h = ValueHash(window)
     for r in range(reps):
         val = rng.integers(0, 16, n).astype(np.int64)
-        side = (rng.random(n) < 0.5).astype(np.int64)
+        stream = (rng.random(n) < 0.5).astype(np.int64)
         rid = np.arange(r * n, (r + 1) * n, dtype=np.int64)
         ts = np.sort(rng.random(n)) + r
         t = time.perf_counter()
-        h.expire(r - 1.0)
-        h.add(val, side, rid, ts)
-        lo, hi = h.block(val, side)
-        o = np.lexsort((rid, lo - hi))
-        np.cumsum(1.0 + (hi - lo)[o])
-        k = o[:8]
-        h.pairs(val[k], rid[k], ts[k], side[k], lo[k], hi[k])
+        side, rid, ts, val, lo, hi, cum, ccum = h.round(val, stream, 0, 1, rid, ts, r - 1.0)
+        np.searchsorted(cum, 8.0, "right")
+        h.pairs(val[:8], rid[:8], ts[:8], side[:8], lo[:8], hi[:8])
         best = min(best, time.perf_counter() - t)
     return float(best)
 
@@ -260,6 +352,181 @@ def _pairs_kernel_py(rid, ts, sval, wide, x_val, x_rid, x_ts, x_side, lo, hi, w,
 
 
 _pairs_kernel = numba.njit(cache=True, nogil=True)(_pairs_kernel_py) if ENABLED else _pairs_kernel_py
+
+
+def _pairs_alloc_py(rid, ts, sval, wide, x_val, x_rid, x_ts, x_side, lo, hi, w):
+    """:func:`_pairs_kernel` with its output arrays allocated inside (one call per probe batch)."""
+    tot = 0
+    for i in range(lo.shape[0]):
+        if hi[i] > lo[i]:
+            tot += hi[i] - lo[i]
+    a = np.empty(tot, np.int64)
+    b = np.empty(tot, np.int64)
+    ta = np.empty(tot, np.float64)
+    tb = np.empty(tot, np.float64)
+    v = np.empty(tot, np.int64)
+    n = _pairs_kernel(rid, ts, sval, wide, x_val, x_rid, x_ts, x_side, lo, hi, w, a, b, ta, tb, v)
+    return a[:n], b[:n], ta[:n], tb[:n], v[:n]
+
+
+_pairs_alloc = numba.njit(cache=True, nogil=True)(_pairs_alloc_py) if ENABLED else _pairs_alloc_py
+
+
+def _bsearch(arr, lo, hi, x, right):
+    """First index in ``[lo, hi)`` of the sorted ``arr`` with ``arr[i] > x`` (``right``) / ``>= x``."""
+    while lo < hi:
+        h = (lo + hi) >> 1
+        if arr[h] < x or (right and arr[h] == x):
+            lo = h + 1
+        else:
+            hi = h
+    return lo
+
+
+_bsearch_py = _bsearch
+_bsearch = numba.njit(cache=True, nogil=True)(_bsearch_py) if ENABLED else _bsearch_py
+
+
+def _round_kernel_py(code, sval, srid, sts, t_max, mono_in, in_val, in_stream, s0, s1, in_rid, in_ts, in_code,
+                     wide, horizon, w, c_probe, c_cmp, l_side, l_rid, l_ts, l_val, l_code):
+    n_in = in_val.shape[0]
+    m = 0
+    for i in range(n_in):
+        if in_stream[i] == s0 or in_stream[i] == s1:
+            m += 1
+    x_val = np.empty(m, np.int64)
+    x_side = np.empty(m, np.int64)
+    x_rid = np.empty(m, np.int64)
+    x_ts = np.empty(m, np.float64)
+    x_code = np.empty(m, np.int64)
+    k = 0
+    mono = mono_in              # rows come in rid order with non-decreasing ts (the window search needs it)
+    last = t_max
+    for i in range(n_in):
+        st = in_stream[i]
+        if st != s0 and st != s1:
+            continue
+        s = 1 if st == s1 else 0
+        v = in_val[i]
+        if not wide and (v >= _LIM or v < -_LIM):
+            return -1, code, sval, srid, sts, x_side, x_rid, x_ts, x_val, x_side, x_side, x_ts, x_side, \
+                x_side, t_max, t_max, False, 0
+        x_val[k] = v
+        x_side[k] = s
+        x_rid[k] = in_rid[i]
+        t = in_ts[i]
+        x_ts[k] = t
+        if not (t >= last):
+            mono = False
+        last = max(last, t)
+        x_code[k] = in_code[i] if wide else 2 * v + s
+        k += 1
+    o = np.argsort(x_code, kind="mergesort")
+    # merge: the stored rows at or before the horizon are dropped; new rows go after the stored
+    # rows of their code (they are later in rid)
+    n = code.shape[0]
+    nc = np.empty(n + m, np.int64)
+    nv = np.empty(n + m, np.int64)
+    nr = np.empty(n + m, np.int64)
+    nt = np.empty(n + m, np.float64)
+    i = 0
+    j = 0
+    p = 0
+    t_min = np.inf
+    while i < n or j < m:
+        if j >= m or (i < n and code[i] <= x_code[o[j]]):
+            if sts[i] > horizon:
+                nc[p] = code[i]
+                nv[p] = sval[i]
+                nr[p] = srid[i]
+                nt[p] = sts[i]
+                t_min = min(t_min, sts[i])
+                p += 1
+            i += 1
+        else:
+            q = o[j]
+            nc[p] = x_code[q]
+            nv[p] = x_val[q]
+            nr[p] = x_rid[q]
+            nt[p] = x_ts[q]
+            t_min = min(t_min, x_ts[q])
+            p += 1
+            j += 1
+    # the candidates in rid order: the carried arrivals (stored already, sorted by rid), then the new
+    nl = l_rid.shape[0]
+    lo_ = np.argsort(l_rid, kind="mergesort")
+    c = nl + m
+    c_side = np.empty(c, np.int64)
+    c_rid = np.empty(c, np.int64)
+    c_ts = np.empty(c, np.float64)
+    c_val = np.empty(c, np.int64)
+    c_code = np.empty(c, np.int64)
+    for z in range(nl):
+        q = lo_[z]
+        c_side[z] = l_side[q]
+        c_rid[z] = l_rid[q]
+        c_ts[z] = l_ts[q]
+        c_val[z] = l_val[q]
+        c_code[z] = l_code[q]
+    for z in range(m):
+        c_side[nl + z] = x_side[z]
+        c_rid[nl + z] = x_rid[z]
+        c_ts[nl + z] = x_ts[z]
+        c_val[nl + z] = x_val[z]
+        c_code[nl + z] = x_code[z]
+    # each one's partners: the other side's rows of its value (code ^ 1), older than it (rid) and in
+    # its window (ts > t - w): two binary searches for the value's block, two inside it (a block is in
+    # rid order, hence in ts order)
+    lo = np.empty(c, np.int64)
+    hi = np.empty(c, np.int64)
+    neg = np.empty(c, np.int64)
+    keep = np.ones(c, np.bool_)
+    dropped = 0
+    for q in range(c):
+        cc = c_code[q] ^ 1
+        blo = _bsearch(nc, 0, p, cc, False)
+        bhi = _bsearch(nc, blo, p, cc, True)
+        e = _bsearch(nr, blo, bhi, c_rid[q], False)
+        a = _bsearch(nt, blo, e, c_ts[q] - w, True) if mono else blo
+        lo[q] = a
+        hi[q] = e
+        neg[q] = a - e
+        if q < nl and e == a:   # a carried arrival left without partners: nothing to probe
+            keep[q] = False
+            neg[q] = 1
+            dropped += 1
+    # heaviest first (most partners), rid order among equals (a stable sort of the rid-ordered candidates)
+    order = np.argsort(neg, kind="mergesort")
+    r = c - dropped
+    r_side = np.empty(r, np.int64)
+    r_rid = np.empty(r, np.int64)
+    r_ts = np.empty(r, np.float64)
+    r_val = np.empty(r, np.int64)
+    r_lo = np.empty(r, np.int64)
+    r_hi = np.empty(r, np.int64)
+    r_code = np.empty(r, np.int64)
+    cum = np.empty(r, np.float64)
+    ccum = np.empty(r, np.int64)
+    acc = 0.0
+    cc = 0
+    for z in range(r):
+        q = order[z]
+        r_side[z] = c_side[q]
+        r_rid[z] = c_rid[q]
+        r_ts[z] = c_ts[q]
+        r_val[z] = c_val[q]
+        r_lo[z] = lo[q]
+        r_hi[z] = hi[q]
+        r_code[z] = c_code[q]
+        d = hi[q] - lo[q]
+        acc += c_probe + c_cmp * d
+        cc += d
+        cum[z] = acc
+        ccum[z] = cc
+    return p, nc, nv, nr, nt, r_side, r_rid, r_ts, r_val, r_lo, r_hi, cum, ccum, r_code, t_min, last, mono, dropped
+
+
+_round_kernel = numba.njit(cache=True, nogil=True)(_round_kernel_py) if ENABLED else _round_kernel_py
 
 
 def _fold(val: np.ndarray) -> np.ndarray:
