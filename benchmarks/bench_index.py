@@ -260,6 +260,31 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   time is steadier): t_hit_ratio_6k CPU 3.26/2.74/3.64/3.38/3.62/3.64 ->
   3.67/3.71/3.94/3.71/3.79/3.76 (6k T1 scan 14-15, T4 ~3.8-4.0 ns per
   output in the quiet runs).
+  Fifth follow-up (the probe kernel's work per output; A/B against a worktree of the previous HEAD,
+  whole --quick runs interleaved, and per-batch minima over 9 runs of the bench's 6k sequence):
+  (10) probes of one integer key share their cell scans (T2-T4, batches of >= 64 probes; T1's raw
+  zone scan and T1 scan keep theirs: the raw scans get none of the index's sharing).  The first
+  region of a (node, key) pair copies the key's tuples of the cell (ts, row id) into a scratch run
+  once; every region of the pair cuts its window from that run by two binary searches (cells are in
+  arrival order: time order unless late tuples were routed to them, then each entry is checked) and
+  copies it: warm matching on the last 6k batch 1.34 -> 0.79 ns per output.  (An earlier version of
+  this idea, reverted in 579af8b, shared only the value compares and still checked every position's
+  window, for T1's probe path too.)  (11) The region row of each match is not written per match
+  (8 of 40 bytes): the kernel records where each region's matches end and ``Matches.region`` is
+  expanded from those ends when read (it is index metadata, not part of the join output T1 writes:
+  probe, value, ts, row id): warm matching 0.79 -> 0.68.  (12) A node's estimate for a key is
+  computed once per call (memo per (node, key group)): warm descent 42 -> 37 us, in situ ~5% of the
+  kernel.  In situ per call (~500 probes, ~64k outputs) the kernel is now ~140 us (descent ~57,
+  matching ~82; warm 36 + 56), view refresh ~25 (75-80 at the collapse), Python and dispatch
+  ~20-24.  --quick, 4 pairs interleaved, load 1.7-2.8: t_hit_ratio_6k_cpu 3.73/3.93/3.57/3.84 ->
+  4.44/4.46/4.76/4.71 (T1 scan ~14 ns per output unchanged, T4 ~3.9 -> ~3.1), t_hit_ratio_60k_cpu
+  4.55/4.58/4.89/4.50 -> 6.98/7.05/6.96/6.20; default stream t_hit_ratio_t1_over_t4
+  1.14/1.12/1.11/1.09 -> 1.10/1.11/1.11/1.05.  5x at 6k needs T4 <= ~2.85 ns per output: not reached
+  (~8% short on these runs).  Tried without gain, not kept (per-batch minima, 3 pairs each):
+  hashing only the first probe of each key (warm descent -1 us, in situ none); skipping a node's
+  estimate when every sibling is empty in its bucket (then its table is its parent's: true for both
+  non-empty leaves at 6k, half the estimates; warm and in situ unchanged -- the estimates are not
+  what the descent's time is); looping only over non-empty nodes (warm -1.5 us, in situ none).
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
