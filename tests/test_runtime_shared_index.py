@@ -279,8 +279,11 @@ def test_unaligned_batches_under_a_bounded_scheduler(scheduler):
     """Under a bounded scheduler the consumers of one index may step out of time order (Chain
     runs one query's older step after another's newer one): such a step finds the index ahead
     (``pt_index_steps_ahead``) and equality with private indexes is then not defined.  Every
-    query for which ``private_equivalent`` says it is defined has the private-index answers;
-    round robin keeps the steps in time order here, so both queries are defined."""
+    query for which ``private_equivalent`` says it is defined has the private-index answers.
+    Round robin keeps the steps closer to time order than Chain: fewer steps find the index
+    ahead, and at least one query stays defined, so the equality is checked (whether a given
+    step runs ahead depends on each step's work, which the scan costs change: with the
+    one-compare run end of PT-Join's cell scans one desc step here finds the index ahead)."""
     eng_s, qs_s = _run_unaligned_sched(True, "weighted", scheduler)
     _, qs_p = _run_unaligned_sched(False, "weighted", scheduler)
     defined = [eng_s.index_feed.private_equivalent(q)[0] for q in qs_s]
@@ -289,7 +292,10 @@ def test_unaligned_batches_under_a_bounded_scheduler(scheduler):
         if ok:
             assert _pairs(q) == _pairs(qp)
     if scheduler == "round_robin":
-        assert all(defined)
+        assert any(defined)
+        _, qs_c = _run_unaligned_sched(True, "weighted", "chain")
+        ahead = lambda qs: sum(q.stats()["promising"]["pt_index_steps_ahead"] for q in qs)
+        assert ahead(qs_s) < ahead(qs_c)
 
 
 def test_estimate_endpoint_counts_the_tuples_waiting_for_the_joins():
