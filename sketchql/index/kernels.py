@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 
 import numba
 import numpy as np
@@ -714,7 +715,6 @@ class ProbeBuffers:
         return a.base is self._owner
 
     def _refcounts(self):
-        import sys
         return sys.getrefcount(self._owner)     # views (results' slices included) refer to the owner
 
     def lent(self) -> bool:

@@ -17,6 +17,7 @@ from .zone import Zone
 
 _KERNEL_VDTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 _NO_HASH = np.zeros(0, dtype=np.uint64)
+_F64 = np.dtype(np.float64)
 
 
 class QuerySide:
@@ -745,7 +746,7 @@ class QuerySide:
 def _f64_window(n: int, t) -> np.ndarray:
     """``t`` (a scalar or n window bounds) as a C-contiguous float64 array of n bounds (no copy when it
     already is one): what ``StreamIndex._window`` gives, in the form the kernels take."""
-    if type(t) is np.ndarray and t.dtype == np.float64 and t.shape == (n,) and t.flags.c_contiguous:
+    if type(t) is np.ndarray and t.dtype == _F64 and t.shape == (n,) and t.flags.c_contiguous:
         return t
     a = np.asarray(t, dtype=np.float64)
     if a.shape != (n,):
