@@ -280,7 +280,10 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   4.44/4.46/4.76/4.71 (T1 scan ~14 ns per output unchanged, T4 ~3.9 -> ~3.1), t_hit_ratio_60k_cpu
   4.55/4.58/4.89/4.50 -> 6.98/7.05/6.96/6.20; default stream t_hit_ratio_t1_over_t4
   1.14/1.12/1.11/1.09 -> 1.10/1.11/1.11/1.05.  5x at 6k needs T4 <= ~2.85 ns per output: not reached
-  (~8% short on these runs).  Tried without gain, not kept (per-batch minima, 3 pairs each):
+  (~8% short on these runs).  With two Python trims after it (a dtype compare that converted
+  np.float64 per call, an import per call: warm P=1 probe_many 9.5 -> 8.7 us), 3 more pairs at load
+  1.6-2.8: t_hit_ratio_6k_cpu 3.89/3.63/3.42 -> 4.98/4.73/4.60, 60k 4.81/4.94/4.82 ->
+  6.93/6.37/6.95, default stream 1.16/1.11/1.11 -> 1.13/1.13/1.10.  Tried without gain, not kept (per-batch minima, 3 pairs each):
   hashing only the first probe of each key (warm descent -1 us, in situ none); skipping a node's
   estimate when every sibling is empty in its bucket (then its table is its parent's: true for both
   non-empty leaves at 6k, half the estimates; warm and in situ unchanged -- the estimates are not
