@@ -57,7 +57,7 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
-   untimed read before the ingest starts (with ~70 reads in ``--quick``, ten
+   untimed read before the ingest starts (with ~70 reads in a 10-batch run, ten
    connection set-ups were 14 % of the samples and set p99 alone).
 3. **SSE delivery**: a client holds ``GET /queries/{id}/stream`` open on a
    ``[NOW]`` selection; for each of ``--sse`` single-row pushes, the time from
@@ -277,7 +277,11 @@ def main(argv=None) -> int:
     ap.add_argument("--per-request", type=int, default=PER_REQUEST,
                     help="batches per Arrow request (X-Arrow-Batches: each) of both Arrow ingest runs")
     args = ap.parse_args(argv)
-    nb = args.batches or (10 if args.quick else 100)
+    # --quick: 50 batches (~15 s in all).  With 10, an Arrow run was 2 requests of 5 batches (~35 ms):
+    # mostly the pipeline's fill (the first request's 5 batches arrive and are checked before the first
+    # apply) and drain; quiet runs read arrow 0.787-0.913 at 10 batches, 0.789-0.906 at 50, 0.896-0.958
+    # at 100 (lead, load 0.1-1.8), both sides on the same rows
+    nb = args.batches or (50 if args.quick else 100)
     n_sse = args.sse or (100 if args.quick else 400)
     data = batches(nb, args.batch)
     n = nb * args.batch
