@@ -93,7 +93,8 @@ rounds: >= 7 ms against a CPU share of ~3.9 ms at 50 ms and ~1.65 ms at
 share cannot pay, desc's direct rounds now run on a per-value hash of the
 window's arrivals instead (``PTJoin._tick_hash``,
 ``sketchql.operators.promising.valuehash``, the default with a private
-index): ~0.07-0.14 ms per round, arrivals probed heaviest first by their
+index): one compiled pass per round (``ValueHash.round``), ~40-80 us in situ at 100 ms (up to
+~0.28 ms with a 6,000-row window), arrivals probed heaviest first by their
 exact number of stored partners, the pairs of a probe batch written by one
 compiled pass (fixed/cpu 0.03-0.4 instead of 0.2-4.2; desc then reaches
 95-100 % of the join at every rate where SIMPLE-SHJ gets 35-50 %).  The
@@ -107,7 +108,9 @@ tick), the ``desc/cshj`` column.  Charged real time, the Python SIMPLE-SHJ
 (~6 us per arrival in its interpreter loop) loses to desc's compiled rounds
 by implementation, not by the tuples it picks: desc/SHJ 1.9-3.1 but
 desc/CompiledSHJ 1.00-1.06 (``bench_shj_compiled.py --quick``, load 2.1;
-median of 3 runs).  At rho 0.5 of the Python SHJ's need the compiled peer
+median of 3 runs).  Since the compiled hash round and the rounds that keep a passing debt
+instead of shedding (issue 16), ``desc_wallclock_ratio_vs_shj_min`` of ``--quick`` reads
+1.000 / 1.012 / 1.013 (lead, quiet, load 0.6-0.8; at 100 ms it was 0.60 before).  At rho 0.5 of the Python SHJ's need the compiled peer
 needs only 9-45 % of that CPU, so both reach ~95-100 % of the join and
 neither can be ahead; at tighter budgets the per-call cost of either
 operator exceeds a 0.25 s tick's share at 50-100 ms (both ~0 %), and at
