@@ -168,6 +168,14 @@ class BatchIngest:
             # ingest thread and back (which also waits for the GIL held by the apply thread); admitted
             # right here unless that would wait (admission lock taken, apply queue full)
             parsed = parse()
+            # queue full (backpressure, the pipelined client's steady state): wait for room before the
+            # admission, whose checks would otherwise run twice (a BUSY admission checks the batch, to
+            # refuse a bad one at once, and the retry checks it again against the clock it then finds)
+            for _ in range(8):
+                room = state.applier.when_room(loop)
+                if room is None:
+                    break
+                await asyncio.wait_for(room, DURABLE_TIMEOUT_S)
             receipt = admit(parsed, False)
             for _ in range(8):                  # queue full (backpressure): wait for room here, retry
                 if receipt is not state.BUSY or state.applier.pending < state.applier.max_pending:
@@ -249,16 +257,22 @@ class BatchRoute:
         self.app = app
         self.ingest = ingest
 
-    async def __call__(self, scope, receive, send):
+    @classmethod
+    def match(cls, scope):
+        """The path match when ``scope`` is a ``POST /streams/{name}/batches`` this route serves, else None."""
         if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
+            return None
         path = scope["path"]                       # already percent-decoded (ASGI), as FastAPI matches it
         root = scope.get("root_path") or ""
         if root and path.startswith(root):
             path = path[len(root):]
-        m = self.PATH.match(path)
+        return cls.PATH.match(path)
+
+    async def __call__(self, scope, receive, send):
+        m = self.match(scope)
         if m is None:
             return await self.app(scope, receive, send)
+        path = scope["path"]
         ctype = pid = pseq = split = None
         for k, v in scope.get("headers", ()):
             if k == b"content-type":
