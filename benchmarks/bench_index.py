@@ -448,22 +448,22 @@ def t4_breakdown(s1, s2, step=5.0):
     """Where T4's compiled path spends its time per 5 s probe batch (mean microseconds): ingest of the S2
     batch, view refresh (``_kernel_view``) after an ingest that only appended to the open zone
     ("common") or after a structural change (collapse, new zone: "structural", averaged over all
-    batches), the probe call, and inside it the compiled kernel alone (``kernels.probe_k``: hashing,
+    batches), the probe call, and inside it the compiled kernel alone (``kernels.probe_kview``: hashing,
     descent, matching) and the kernel's fixed numba call overhead (same arguments, no probes, warm)."""
     decl = SummaryDeclaration("s2", "Store2", "ItemNo", granularity=30.0, rate=2, depth=3)
     ix = StreamIndex(decl, config("T4"))
     (v1, t1), (v2, t2) = s1, s2
     ing, ref_c, ref_s, prb, ker, outs = [], [], [], [], [], []
     a2 = 0
-    orig = kernels.probe_k
+    orig = kernels.probe_kview
     spent = []
 
-    def timed_probe_k(*a):
+    def timed_probe_kview(*a):
         t0 = time.perf_counter()
         r = orig(*a)
         spent.append(time.perf_counter() - t0)
         return r
-    kernels.probe_k = timed_probe_k
+    kernels.probe_kview = timed_probe_kview
     try:
         for hi in np.arange(step, t2[-1] + step, step):
             b2 = int(np.searchsorted(t2, hi, side="right"))
@@ -485,14 +485,14 @@ def t4_breakdown(s1, s2, step=5.0):
                 ing.append(t1_ - t0), prb.append(t3_ - t2_), ker.append(sum(spent)), outs.append(len(m))
                 (ref_s if structural else ref_c).append(t2_ - t1_)
             a2 = b2
-        # fixed cost of one kernel call (argument unboxing), warm, no probes
-        kv, buf = ix._kernel_view(), ix._kbuf.sets[0]
-        e = np.zeros(0)
-        args = (0.5, 1.0, np.zeros(0, dtype=np.int64), ix._hash_params(), *buf.hash_arrays(0, ix._d), e, e,
-                *kv.args, *buf.outs)
-        call = min(_timeit(lambda: kernels.probe_kview(*args)) for _ in range(5))
     finally:
-        kernels.probe_k = orig
+        kernels.probe_kview = orig
+    # fixed cost of one kernel call (argument unboxing), warm, no probes
+    kv, buf = ix._kernel_view(), ix._kbuf.sets[0]
+    e = np.zeros(0)
+    args = (0.5, 1.0, np.zeros(0, dtype=np.int64), ix._hash_params(), *buf.hash_arrays(0, ix._d), e, e,
+            *kv.args, *buf.outs)
+    call = min(_timeit(lambda: kernels.probe_kview(*args)) for _ in range(5))
     n = len(prb)
     us = lambda x: 1e6 * float(np.sum(x)) / n
     return {"ingest": us(ing), "refresh_common": us(ref_c), "refresh_structural": us(ref_s),

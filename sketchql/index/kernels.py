@@ -799,6 +799,14 @@ class BufferPool:
             return [a[:nm] for a in arrs]
         return [a[:nm].copy() for a in arrs]
 
+    def take4(self, b: ProbeBuffers, nm: int, P: int = 0):
+        """``take(b, nm, P)`` of the four match columns (mp, mv, mt, mr), without the field lookups."""
+        if P:
+            self.rate = nm / P
+        if nm >= self.MIN_LEND and 16 * nm >= len(b.mp):
+            return b.mp[:nm], b.mv[:nm], b.mt[:nm], b.mr[:nm]
+        return b.mp[:nm].copy(), b.mv[:nm].copy(), b.mt[:nm].copy(), b.mr[:nm].copy()
+
 
 _HUGE = 1 << 21          # transparent huge page
 _STAGGER = 37 * 64       # bytes between consecutive match arrays beyond their size (see ProbeBuffers.alloc)

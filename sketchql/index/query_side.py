@@ -393,8 +393,12 @@ class QuerySide:
         else:
             bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
         cfg = self.config
-        nr, nm, visited, flat, work = kernels.probe_k(buf, float(cfg.min_estimate), float(cfg.prune_sigma),
-                                                      kc, hp, bucket, idx, sgn, tf, tt, *kv.args)
+        # one call with the outputs appended (kernels.probe_k's loop only when they were too small:
+        # its extra frame and argument tuple cost ~1 us per call)
+        args = (float(cfg.min_estimate), float(cfg.prune_sigma), kc, hp, bucket, idx, sgn, tf, tt, *kv.args)
+        nr, nm, visited, flat, work = kernels.probe_kview(*args, *buf.outs)
+        if nr > len(buf.rp) or nm > len(buf.mp):
+            nr, nm, visited, flat, work = kernels.probe_k(buf, *args)
         c = self.counters
         c["nodes_visited"] += visited
         c["tuples_compared"] += work
@@ -403,7 +407,7 @@ class QuerySide:
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
             est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        mp, mv, mt, mr = self._kbuf.take(buf, nm, P)
+        mp, mv, mt, mr = self._kbuf.take4(buf, nm, P)
         return Matches(mp, mv, mt, mr, work=work, regions=regions, visited=visited, region_ends=buf.rend[:nr].copy())
 
     def _pool(self, vdtype) -> "kernels.BufferPool":
