@@ -288,6 +288,27 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   estimate when every sibling is empty in its bucket (then its table is its parent's: true for both
   non-empty leaves at 6k, half the estimates; warm and in situ unchanged -- the estimates are not
   what the descent's time is); looping only over non-empty nodes (warm -1.5 us, in situ none).
+  Sixth follow-up (h6; in situ = the bench's 6k sequence, per-batch minima of /tmp/h5/brk.py):
+  (13) probe_many calls probe_kview directly (probe_k's retry loop only on overflow) and takes the
+  four match columns without field lookups: warm Python part of a 499-probe call ~9.5 -> ~8.4 us.
+  (14) the cold CSR of the kernel view is sized when the view is built (max(1024, 3 live + 4096)
+  tuples) and written there once: before, the first zone turning cold after the build doubled it
+  inside a probe's refresh (fresh memory: grow + first-touch copy 25-73 us in one call); in situ the
+  structural refresh at 65 s 79/83/81 -> 73/78/76 us.  --quick, 4 pairs interleaved with 5010785,
+  load 2.4-2.8: t_hit_ratio_6k 4.87/4.58/4.63/4.76 -> 4.83/4.70/4.90/5.00 (+3% on the means; the
+  5x target is at the noise's edge, not reached reliably).  Where in situ time is (single 95 s
+  runs, ns per output): kernel ~2.3-3.1, view refresh ~0.5-0.8, Python ~0.5-0.9; warm the Python
+  part is ~9 us per call, in situ ~20-45 (cold interpreter caches).  Measured, not kept:
+  branch-free binary search in the shared runs (brk sums 2.82/2.84/2.94 -> 2.92/2.89/2.80 ns per
+  output: none; LLVM already selects); a pass loading every sketch counter the descent may read
+  before it (independent loads, for memory-level parallelism): in situ kernel 2.98 -> 3.18 ns per
+  output (more lines than the descent reads).  Facts for the next step: a cache flush before a warm
+  kernel call makes it 93 -> 342 us (descent alone 38 -> 126): the in situ excess (~140 vs ~93) is
+  cache misses (touching the sketch store before the call: kernel 3.04 -> 2.84 ns per output in one
+  measurement, within the noise of others); scratch runs are ~3.6% of the outputs (2981 vs 82943 on
+  the last 6k batch), so writing the first region straight to the output saves at most ~1%; over a
+  600 s 6k stream 16 of 107 calls copy their result (fewer than 1/16 of the set: 30-190 us each,
+  fresh memory), but none of the --quick 6k batches does.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
