@@ -29,7 +29,13 @@ FastAPI's routing, dependency solving and response-model serialisation cost
 ~1.5 ms of event-loop CPU per request and one more thread hop -- measured with
 ``benchmarks/bench_service.py`` and per-thread CPU profiles.  The FastAPI
 route stays declared (OpenAPI documents it) and calls the same
-:meth:`BatchIngest.ingest`, so both give identical answers.
+:meth:`BatchIngest.ingest`, so both give identical answers.  The server's app
+(:class:`~sketchql.service.app.ServiceApp`) hands these requests to
+``BodyLimit -> AuthAndCount -> BatchRoute`` directly, without FastAPI's and
+Starlette's outer layers (same checks and counters; ``tests/test_service_fastpath.py``
+compares both ways).  A request that finds the apply queue full waits for room
+*before* its admission checks: checking first and again after the wait ran the
+engine's validation twice per batch under the pipelined client's steady state.
 
 >>> from fastapi.testclient import TestClient
 >>> from sketchql.service.app import create_app
