@@ -303,23 +303,44 @@ class ServiceState:
         waiting for room (it is checked again when admitted: the clock may move meanwhile).
         ``producer``: ``(producer id, sequence number)`` of a pipelined batch, logged with it and recorded
         in :attr:`producers` in the same critical section (the caller holds the producer's turn)."""
-        if not block:
-            if not self.admit_lock.acquire(blocking=False):
-                self.applier.busy["locked"] += 1
-                return self.BUSY
-            if self.applier.pending >= self.applier.max_pending:
-                try:
-                    self._checked(name, columns, n)        # raises for a batch that would be refused
-                finally:
-                    self.admit_lock.release()
-                self.applier.busy["full"] += 1
-                return self.BUSY
-        else:
-            self.admit_lock.acquire()          # admissions in seq order; excludes ``with self.lock``
+        if not self._enter_admission(block, lambda: self._checked(name, columns, n)):
+            return self.BUSY
         try:
             return self._admit(name, columns, n, raw, producer)
         finally:
             self.admit_lock.release()
+
+    def _enter_admission(self, block: bool, check) -> bool:
+        """Take the admission lock (admissions in seq order; excludes ``with self.lock``): True once
+        held.  ``block=False``: False at once if the lock is taken, or, after ``check()`` (which raises
+        for a batch that would be refused), if the apply queue is full; each counted in
+        ``applier.busy``."""
+        if block:
+            self.admit_lock.acquire()
+            return True
+        if not self.admit_lock.acquire(blocking=False):
+            self.applier.busy["locked"] += 1
+            return False
+        if self.applier.pending >= self.applier.max_pending:
+            try:
+                check()
+            finally:
+                self.admit_lock.release()
+            self.applier.busy["full"] += 1
+            return False
+        return True
+
+    def _admission_clock(self, schema, h) -> float:
+        """The clock stream ``h`` will have once the batches admitted so far are applied."""
+        prev = self._admit_clock.get(schema.name.lower())
+        return max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
+
+    def _receipt_producer(self, out: dict, producer, seq, number) -> dict:
+        """Record a pipelined request's admission in :attr:`producers` and name it in its receipt."""
+        if producer is not None:
+            self.producers.record(producer[0], producer[1], seq, number)
+            out["producer"], out["sequence"] = producer
+        return out
 
     def _checked(self, name, columns, n):
         """``(schema, handle or None, clock, validated Batch)`` of a batch admitted now, or None for a
@@ -332,8 +353,7 @@ class ServiceState:
             h = self.engine.stream(schema.name)
             if self.engine.input_buffered(schema.name):
                 return None
-            prev = self._admit_clock.get(schema.name.lower())
-            clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
+            clock = self._admission_clock(schema, h)
             self._check_jump(schema, columns, n, clock)
         try:
             b = self.engine.validate(schema.name, columns, clock)
@@ -360,10 +380,7 @@ class ServiceState:
         number = self.applier.put(_Admitted(schema.name, b if h is not None else columns, n, seq, h is not None))
         out = {"stream": schema.name, "accepted": n, "clock": json_number(None if h is None else clock),
                "seq": seq, "apply_number": number}
-        if producer is not None:
-            self.producers.record(producer[0], producer[1], seq, number)
-            out["producer"], out["sequence"] = producer
-        return out
+        return self._receipt_producer(out, producer, seq, number)
 
     def admit_many(self, name: str, parsed: list, raw: bytes, block: bool = True, producer=None):
         """:meth:`admit` for the record batches of one ``X-Arrow-Batches: each`` request, all or nothing:
@@ -374,19 +391,8 @@ class ServiceState:
         the request (:class:`ApiError` with ``batch_index``; nothing logged or queued).  The receipt has
         the total ``accepted``, the clock after the last batch and ``batches``: each one's ``accepted``
         and ``clock``.  :attr:`BUSY` as in :meth:`admit`."""
-        if not block:
-            if not self.admit_lock.acquire(blocking=False):
-                self.applier.busy["locked"] += 1
-                return self.BUSY
-            if self.applier.pending >= self.applier.max_pending:
-                try:
-                    self._checked_many(name, parsed)
-                finally:
-                    self.admit_lock.release()
-                self.applier.busy["full"] += 1
-                return self.BUSY
-        else:
-            self.admit_lock.acquire()
+        if not self._enter_admission(block, lambda: self._checked_many(name, parsed)):
+            return self.BUSY
         try:
             return self._admit_many(name, parsed, raw, producer)
         finally:
@@ -402,8 +408,7 @@ class ServiceState:
             raise ApiError(400, "bad_request", f"{schema.name} is {what}: send one batch per request there "
                            f"(X-Arrow-Batches: each is for streams)", stream=schema.name)
         h = self.engine.stream(schema.name)
-        prev = self._admit_clock.get(schema.name.lower())
-        clock = max(h.clock, prev[1]) if prev is not None and prev[0] is h else h.clock
+        clock = self._admission_clock(schema, h)
         total = sum(n for _, n in parsed)
         out = []
         for i, (columns, n) in enumerate(parsed):
@@ -425,18 +430,13 @@ class ServiceState:
         schema, h, checked = self._checked_many(name, parsed)
         total = sum(n for _, n, _ in checked)
         seq = self._log_push(schema.name, None, total, raw, producer, each=len(checked))
-        prev = self._admit_clock.get(schema.name.lower())
-        clock = checked[-1][2] if checked else (max(h.clock, prev[1]) if prev is not None and prev[0] is h
-                                                 else h.clock)
+        clock = checked[-1][2] if checked else self._admission_clock(schema, h)
         self._admit_clock[schema.name.lower()] = (h, clock)
         number = self.applier.put(_AdmittedGroup(schema.name, [(b, n) for b, n, _ in checked], total, seq))
         out = {"stream": schema.name, "accepted": total, "clock": json_number(clock), "seq": seq,
                "apply_number": number,
                "batches": [{"accepted": n, "clock": json_number(c)} for _, n, c in checked]}
-        if producer is not None:
-            self.producers.record(producer[0], producer[1], seq, number)
-            out["producer"], out["sequence"] = producer
-        return out
+        return self._receipt_producer(out, producer, seq, number)
 
     def _log_push(self, stream: str, columns: dict, n: int, raw: bytes | None, producer=None, each=None):
         """Log one batch (the Arrow body as it came, else the encoded columns) with its producer id and
