@@ -150,8 +150,8 @@ def test_hash_rounds_probe_the_most_stored_partners_first():
 
 @pytest.mark.parametrize("wide", [False, True])
 def test_value_hash_matches_brute_force(wide):
-    """ValueHash.match against a brute-force scan of random stores (``wide``:
-    values beyond +-2^61, coded by a hash)."""
+    """ValueHash.round's partner ranges, then match and pairs over them, against a brute-force
+    scan of random stores (``wide``: values beyond +-2^61, coded by a hash)."""
     from sketchql.operators.promising.valuehash import ValueHash
 
     rng = np.random.default_rng(3)
@@ -160,7 +160,7 @@ def test_value_hash_matches_brute_force(wide):
     rows = []
     rid = 0
     t = 0.0
-    for rnd in range(6):   # rounds: expire, add both sides, probe the newest
+    for rnd in range(6):   # rounds: store both sides (expiring the old rows), probe the newest
         k = int(rng.integers(1, 40))
         ts = t + np.sort(rng.random(k)) * 2.0
         t = float(ts[-1])
@@ -170,16 +170,15 @@ def test_value_hash_matches_brute_force(wide):
         sd = rng.integers(0, 2, k)
         rids = np.arange(rid, rid + k)
         rid += k
-        h.expire(float(ts[0]) - 5.0)
-        h.add(v, sd, rids, ts)
+        side, c_rid, c_ts, c_val, lo, hi, _, _ = h.round(v, sd, 0, 1, rids, ts, float(ts[0]) - 5.0)
+        assert sorted(c_rid.tolist()) == rids.tolist()      # every arrival is a candidate
         rows.extend(zip(rids.tolist(), ts.tolist(), v.tolist(), sd.tolist()))
-        lo, hi = h.block(v, sd)
-        i, y_rid, y_ts = h.match(v, rids, ts, lo, hi)
-        got = sorted(zip(rids[i].tolist(), y_rid.tolist()))
+        i, y_rid, y_ts = h.match(c_val, c_rid, c_ts, lo, hi)
+        got = sorted(zip(c_rid[i].tolist(), y_rid.tolist()))
         # the output columns (compiled kernel, and its plain-Python body) in match's order
-        ref = (np.where(sd[i] == 0, rids[i], y_rid), np.where(sd[i] == 0, y_rid, rids[i]),
-               np.where(sd[i] == 0, ts[i], y_ts), np.where(sd[i] == 0, y_ts, ts[i]), v[i])
-        for got_cols in (h.pairs(v, rids, ts, sd, lo, hi), _pairs_py(h, v, rids, ts, sd, lo, hi)):
+        ref = (np.where(side[i] == 0, c_rid[i], y_rid), np.where(side[i] == 0, y_rid, c_rid[i]),
+               np.where(side[i] == 0, c_ts[i], y_ts), np.where(side[i] == 0, y_ts, c_ts[i]), c_val[i])
+        for got_cols in (h.pairs(c_val, c_rid, c_ts, side, lo, hi), _pairs_py(h, c_val, c_rid, c_ts, side, lo, hi)):
             for g, r in zip(got_cols, ref):
                 assert np.array_equal(g, r)
         want = sorted((x, y) for x, xt, xv, xs in zip(rids.tolist(), ts.tolist(), v.tolist(), sd.tolist())

@@ -32,9 +32,8 @@ their code keep the order.  Values beyond
 checks the stored value.  Expiry drops the rows with ``ts <= horizon``.
 
 Probe of an arrival ``x`` (side ``s``, value ``v``, ``x.rid``, ``x.ts``):
-the block ``[lo, hi)`` of code ``2 v + (1 - s)`` (two ``searchsorted`` for
-all probes at once; :meth:`ValueHash.round` narrows it to the exact partner
-range by two more binary searches), then the pairs ``y`` of the block with ``y.rid <
+the block ``[lo, hi)`` of code ``2 v + (1 - s)``, narrowed by :meth:`ValueHash.round`
+to the exact partner range by binary searches, then the pairs ``y`` of the block with ``y.rid <
 x.rid`` (found by the *later* member, as everywhere in PT-Join: no
 duplicates) and ``y.ts > x.ts - w`` (the window; ``|x.ts - y.ts| < w``
 since ``y`` is not later).  Its cost is known before the scan: ``probe +
@@ -44,14 +43,14 @@ ends.  Every pair produced is an exact join pair; with every value kept and
 every arrival probed the answer is the exact join.
 
 >>> h = ValueHash(window=10.0)
->>> h.add(np.array([5, 7, 5, 5, 9]), np.array([0, 0, 0, 1, 1]), np.array([0, 1, 2, 3, 4]),
-...       np.array([0.0, 1.0, 2.0, 3.0, 4.0]))
->>> lo, hi = h.block(np.array([5, 9]), np.array([1, 1]))   # side 1's arrivals probe side 0's rows
->>> (hi - lo).tolist()
-[2, 0]
->>> i, y_rid, y_ts = h.match(np.array([5, 9]), np.array([3, 4]), np.array([3.0, 4.0]), lo, hi)
->>> i.tolist(), y_rid.tolist()
-([0, 0], [0, 2])
+>>> side, rid, ts, val, lo, hi, cum, ccum = h.round(     # streams 0 and 1 are the two sides
+...     np.array([5, 7, 5, 5, 9]), np.array([0, 0, 0, 1, 1]), 0, 1, np.array([0, 1, 2, 3, 4]),
+...     np.array([0.0, 1.0, 2.0, 3.0, 4.0]), horizon=-1.0)
+>>> rid.tolist(), (hi - lo).tolist()         # heaviest first: rid 3 (value 5) has 2 partners
+([3, 0, 1, 2, 4], [2, 0, 0, 0, 0])
+>>> i, y_rid, y_ts = h.match(val, rid, ts, lo, hi)
+>>> rid[i].tolist(), y_rid.tolist()
+([3, 3], [0, 2])
 """
 from __future__ import annotations
 
@@ -92,7 +91,6 @@ class ValueHash:
         self.rid = np.zeros(0, np.int64)
         self.ts = np.zeros(0, np.float64)
         self.wide = False              # some value beyond +-2^61: codes are hashed, matches check the value
-        self._t_min = np.inf           # oldest stored ts (expiry is skipped below it)
         self._t_max = -np.inf          # newest stored ts (round: are the rows still in ts order?)
         self._mono = True              # every row so far came in non-decreasing ts (round's window search)
         self._carry = _NO_CARRY        # (side, rid, ts, val, code) of arrivals carried to the next round
@@ -107,15 +105,6 @@ class ValueHash:
     def nbytes(self) -> int:
         return int(self.code.nbytes + self.val.nbytes + self.rid.nbytes + self.ts.nbytes)
 
-    def codes(self, val, side) -> np.ndarray:
-        """``2 v + side`` (or, once ``wide``, a hash of ``v`` in place of ``v``)."""
-        val = np.asarray(val, np.int64)
-        if not self.wide and val.shape[0] and (int(val.max()) >= _LIM or int(val.min()) < -_LIM):
-            self._widen()
-        if self.wide:
-            val = _fold(val)
-        return val * 2 + np.asarray(side, np.int64)
-
     def _widen(self) -> None:
         self.wide = True
         ls, lr, lt, lv, lc = self._carry
@@ -125,46 +114,6 @@ class ValueHash:
             self.code = _fold(self.val) * 2 + (self.code & 1)
             o = np.argsort(self.code, kind="stable")
             self.code, self.val, self.rid, self.ts = self.code[o], self.val[o], self.rid[o], self.ts[o]
-
-    def expire(self, horizon: float) -> int:
-        """Drop the rows with ``ts <= horizon`` (partners of no later arrival);
-        returns how many were dropped."""
-        if self._t_min > horizon:
-            return 0
-        keep = self.ts > horizon
-        gone = int(keep.shape[0] - keep.sum())
-        self.code, self.val, self.rid, self.ts = self.code[keep], self.val[keep], self.rid[keep], self.ts[keep]
-        self._t_min = float(self.ts.min()) if self.ts.shape[0] else np.inf
-        return gone
-
-    def add(self, val, side, rid, ts) -> None:
-        """Store rows (given in rid order, all later than the stored ones):
-        the new rows sorted by code (stable) are merged in after the stored
-        rows of their code -- one ``searchsorted`` and a scatter per column."""
-        val = np.asarray(val, np.int64)
-        m = val.shape[0]
-        if not m:
-            return
-        c = self.codes(val, side)
-        o = np.argsort(c, kind="stable")
-        c = c[o]
-        n = self.code.shape[0]
-        at = np.searchsorted(self.code, c, "right") + np.arange(m)   # output slots of the new rows
-        old = np.ones(n + m, bool)
-        old[at] = False
-        cols = []
-        for cur, new, dt in ((self.code, c, np.int64), (self.val, val[o], np.int64),
-                             (self.rid, np.asarray(rid, np.int64)[o], np.int64),
-                             (self.ts, np.asarray(ts, np.float64)[o], np.float64)):
-            out = np.empty(n + m, dt)
-            out[at] = new
-            out[old] = cur
-            cols.append(out)
-        self.code, self.val, self.rid, self.ts = cols
-        ts = np.asarray(ts, np.float64)
-        self._t_min = min(self._t_min, float(ts[0]))
-        self._mono = self._mono and bool(ts[0] >= self._t_max) and bool(np.all(ts[1:] >= ts[:-1]))
-        self._t_max = max(self._t_max, float(ts.max()))
 
     def round(self, val, stream, s0: int, s1: int, rid, ts, horizon: float, c_probe: float = 1.0,
               c_cmp: float = 1.0):
@@ -199,7 +148,7 @@ class ValueHash:
             self._widen()
             return self.round(val, stream, s0, s1, rid, ts, horizon, c_probe, c_cmp)
         self.code, self.val, self.rid, self.ts = r[1][:p], r[2][:p], r[3][:p], r[4][:p]
-        self._t_min, self._t_max, self._mono = r[14], r[15], r[16]
+        self._t_max, self._mono = r[15], r[16]
         self.stored += int(r[5].shape[0]) - int(ls.shape[0]) + int(r[17])
         self.dropped += r[17]
         self._last = (r[5], r[6], r[7], r[8], r[13], r[12])
@@ -228,12 +177,6 @@ class ValueHash:
     def carried(self) -> int:
         """Arrivals carried into the next round (not probed yet)."""
         return int(self._carry[1].shape[0])
-
-    def block(self, val, side):
-        """``(lo, hi)``: the stored rows of value ``val[k]`` on the *other*
-        side than ``side[k]`` (the partners of an arrival of ``side``)."""
-        c = self.codes(val, 1 - np.asarray(side, np.int64))
-        return np.searchsorted(self.code, c, "left"), np.searchsorted(self.code, c, "right")
 
     def match(self, val, x_rid, x_ts, lo, hi):
         """Pairs of probes ``k`` (value ``val[k]``, rid ``x_rid[k]``, time
