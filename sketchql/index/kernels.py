@@ -961,6 +961,43 @@ def refresh_gran(lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale,
             F2[n, b] = f2[n, b]
 
 
+@numba.njit(cache=True, nogil=True)
+def refresh_hot(lo_leaf, hi_leaf, slot, t_min, t_max, clen, count, sketch, lo, hi, store, rownorm, norm_dirty,
+                f2_stale, f2, F2):
+    """The compiled view's refresh when only G1's hot zone grew since the last one, in one call: the
+    hot leaf's range ``lo_leaf/hi_leaf[slot] = t_min, t_max``, its cells' lengths ``clen[:] = count``
+    (the arena's per-bucket counts), then G1's node ranges and F2 (:func:`refresh_gran`; without
+    sketches (structure T1) the leaves' ranges only)."""
+    lo_leaf[slot] = t_min
+    hi_leaf[slot] = t_max
+    for b in range(count.shape[0]):
+        clen[b] = count[b]
+    if sketch:
+        refresh_gran(lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale, f2, F2)
+    else:
+        for i in range(lo_leaf.shape[0]):
+            lo[i] = lo_leaf[i]
+            hi[i] = hi_leaf[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def csr_append(Vc, Tc, Rc, base, v, t, r, offsets, cstart, clen):
+    """Append a zone's tuples (cell order, ``offsets`` (B + 1,)) to the view's cold CSR at ``base``
+    (room checked by the caller) and point its cells there: ``cstart[b] = base + offsets[b]``,
+    ``clen[b] = offsets[b + 1] - offsets[b]`` (``cstart``/``clen``: the leaf's B entries)."""
+    n = r.shape[0]
+    ub = np.uint64(base)                 # unsigned: no negative-index wraparound per access (plain copies)
+    for i in range(n):
+        Vc[ub + np.uint64(i)] = v[i]
+    for i in range(n):
+        Tc[ub + np.uint64(i)] = t[i]
+    for i in range(n):
+        Rc[ub + np.uint64(i)] = r[i]
+    for b in range(cstart.shape[0]):
+        cstart[b] = base + offsets[b]
+        clen[b] = offsets[b + 1] - offsets[b]
+
+
 def comparable(vdtype, kdtype):
     """The common dtype the kernels compare stored values and keys in (int64 / float64), or None."""
     if vdtype is None or kdtype is None:
@@ -1001,6 +1038,12 @@ def warm_up() -> None:
                np.ones(1, dtype=np.bool_), np.zeros((1, 1)))
     refresh_gran(f, f, f.copy(), f.copy(), np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64),
                  np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
+    for sk in (True, False):
+        refresh_hot(f.copy(), f.copy(), 0, 0.0, 1.0, z.copy(), z, sk, f.copy(), f.copy(),
+                    np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64),
+                    np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
+    for V in (z, f):
+        csr_append(V.copy(), f.copy(), z.copy(), 0, V, f, z, np.array([0, 1], dtype=np.int64), z.copy(), z.copy())
     thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
     concat_perm(np.zeros((1, 2), dtype=np.int64))
     sketch_add(np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(), z, z.reshape(1, 1),

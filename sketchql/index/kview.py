@@ -56,6 +56,9 @@ from . import kernels
 
 _INF = np.inf
 _NO_ARENA = {}           # vdtype -> empty placeholder arena (no hot leaf)
+_NOT_HELD = (None, None, 0)
+_NO_TABS = (np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), np.zeros(1, dtype=bool),
+            np.zeros(1, dtype=bool), np.zeros((1, 1)))        # refresh_hot's sketch arguments without sketches
 
 
 class HotArena:
@@ -165,7 +168,7 @@ class KernelView:
             a.fill(0)
         self.nc = 0
         self.live_cold = 0
-        self.held = {}                                        # node -> (zone id, n) held in the CSR
+        self.held = {}                                        # node -> (zone id, zone n, tuples in the CSR) held
         self.seen = [None] * len(grans)
         self.seen_s = None                                    # G1 (sversion, append_switches) last refreshed
         self.leaf_lo = [np.full(g.cap, _INF) for g in grans]
@@ -177,6 +180,7 @@ class KernelView:
         self.args = None                                      # probe_kview's view arguments (set by refresh)
         self.usable = True                                    # False once a zone holds values of another dtype
         self.key_types = {}                                   # keys dtype -> comparable with the values?
+        self._fast = None                                     # what refresh_fast needs (set by refresh)
         if self.vdtype not in _NO_ARENA:
             _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype)
 
@@ -227,22 +231,25 @@ class KernelView:
                 new = np.empty(cap, dtype=old.dtype)
                 new[:base] = old[:base]
                 setattr(self, name, new)
-        self.Vc[base:base + n] = c.values
-        self.Tc[base:base + n] = c.ts
-        self.Rc[base:base + n] = c.rids
-        self.nc = base + n
         B = self.B
-        o = c.offsets
-        self.cstart[node * B:(node + 1) * B] = base + o[:-1]
-        self.clen[node * B:(node + 1) * B] = o[1:] - o[:-1]
-        self.live_cold += c.n
-        self.held[node] = (z.id, z.n)
+        if kernels.ENABLED:                                   # one call instead of five numpy writes
+            kernels.csr_append(self.Vc, self.Tc, self.Rc, base, c.values, c.ts, c.rids, c.offsets,
+                               self.cstart[node * B:(node + 1) * B], self.clen[node * B:(node + 1) * B])
+        else:
+            self.Vc[base:base + n] = c.values
+            self.Tc[base:base + n] = c.ts
+            self.Rc[base:base + n] = c.rids
+            o = c.offsets
+            self.cstart[node * B:(node + 1) * B] = base + o[:-1]
+            self.clen[node * B:(node + 1) * B] = o[1:] - o[:-1]
+        self.nc = base + n
+        self.live_cold += n
+        self.held[node] = (z.id, z.n, n)
 
     def _drop_cold(self, node: int) -> None:
-        if node in self.held:
-            B = self.B
-            self.live_cold -= int(self.clen[node * B:(node + 1) * B].sum())
-            del self.held[node]
+        held = self.held.pop(node, None)
+        if held is not None:
+            self.live_cold -= held[2]
         self.clen[node * self.B:(node + 1) * self.B] = 0
 
     def _ranges(self, gi, g, o, n_nodes) -> None:
@@ -324,7 +331,7 @@ class KernelView:
                         self._drop_cold(node)
                     self.hot_k = node
                     self.clen[node * B:(node + 1) * B] = self.hot.count
-                elif self.held.get(node) != (z.id, z.n):
+                elif self.held.get(node, _NOT_HELD)[:2] != (z.id, z.n):
                     self._drop_cold(node)             # (also clears the cells of a former hot leaf)
                     self._append_cold(z, node)
             self._ranges(gi, g, o, n_nodes)
@@ -332,6 +339,38 @@ class KernelView:
         h = self.hot if self.hot_k >= 0 else _NO_ARENA[self.vdtype]
         if changed or self.args[18] is not h.V or self.args[21] is not h.start:     # (the arena may have grown)
             self._set_args(ix, h)
+        self._fast = None
+        if (hz is not None and self.hot_ok and self.hot_k == self.leaf_node[0] + hz.slot
+                and self.seen_s == (g1.sversion, g1.append_switches)):
+            o, n, k = self.leaf_node[0], int(self.goff[1] - self.goff[0]), self.hot_k
+            if self.sketch:
+                tabs = (g1.store, g1.rownorm, g1._norm_dirty, g1._f2_stale, g1._f2)
+            else:
+                tabs = _NO_TABS
+            self._fast = (g1, hz, self.seen_s, tuple([g.version for g in ix.grans[1:]]),
+                          (self.leaf_lo[0], self.leaf_hi[0], hz.slot), self.clen[k * B:(k + 1) * B],
+                          (self.sketch, self.lo[o:o + n], self.hi[o:o + n]) + tabs + (self.F2[o:o + n],))
+
+    def refresh_fast(self, ix, state) -> bool:
+        """:meth:`refresh` when only G1's hot zone received tuples since the last refresh (``state``: the
+        granularities' versions now): one compiled call (:func:`kernels.refresh_hot`: the hot leaf's range
+        and cell lengths, G1's node ranges and F2) on arguments bound at the last full refresh, instead of
+        the per-granularity walk.  False (nothing done) when anything else changed."""
+        f = self._fast
+        if f is None:
+            return False
+        g1, hz, sig, rest, leaf, clen, tabs = f
+        h = self.hot
+        if (state[1:] != rest or g1.last_append != hz.id or g1.sversion != sig[0] or g1.append_switches != sig[1]
+                or h is None or h.zid != hz.id or not self.hot_ok or h.n != hz.n or not self.usable
+                or ix.grans[0] is not g1 or g1.slots[hz.slot] is not hz):
+            return False
+        kernels.refresh_hot(*leaf, hz.min_ts, hz.max_ts, clen, h.count, *tabs)
+        self.seen[0] = state[0]
+        a = self.args
+        if a[18] is not h.V or a[21] is not h.start:          # the arena grew
+            self.args = a[:18] + (h.V, h.T, h.R, h.start)
+        return True
 
     def _set_args(self, ix, h) -> None:
         if self.sketch:

@@ -346,6 +346,9 @@ class QuerySide:
         state = tuple([g.version for g in self.grans])
         if kv is not None and state == self._kstate:          # nothing changed since the last refresh
             return kv
+        if kv is not None and kv.refresh_fast(self, state):   # only G1's hot zone grew
+            self._kstate = state
+            return kv
         sver = tuple([g.sversion for g in self.grans])
         if kv is None or sver != self._ksver:                 # structural change: rebind / rebuild if needed
             if self._vdtype is None or np.dtype(self._vdtype) not in _KERNEL_VDTYPES or self._kmixed:
