@@ -313,15 +313,16 @@ def _match_regions(nr, rp, rk, bucket, keys, tf, tt, B, hot_k, clen, cstart,
                 u = nc
                 last = -np.inf
                 srt = True
+                # branch-free (room checked above): every tuple is written at the run's end, which advances
+                # on a match (whether a tuple matches is data: a branch per tuple mispredicts in situ)
                 for j in range(np.uint64(s), np.uint64(s + n)):
-                    if V_[j] == key:
-                        t = T_[j]
-                        if not (t >= last):
-                            srt = False
-                        last = t
-                        ct[u] = t
-                        cr[u] = R_[j]
-                        u += np.uint64(1)
+                    t = T_[j]
+                    ct[u] = t
+                    cr[u] = R_[j]
+                    hit = V_[j] == key
+                    srt &= (t >= last) | (not hit)
+                    last = t if hit else last
+                    u += np.uint64(hit)
                 cs = np.int64(nc)
                 cst[mi] = cs
                 cln[mi] = np.int64(u - nc)
