@@ -88,3 +88,51 @@ def test_csr_append_equals_numpy():
         assert not Vc[:base].any() and not Rc[base + n:].any()
         assert np.array_equal(cstart[B:2 * B], base + off[:-1]) and np.array_equal(clen[B:2 * B], np.diff(off))
         assert (cstart[:B] == -1).all() and (clen[2 * B:] == -1).all()
+
+
+@pytest.mark.parametrize("batch", [37, 900])
+def test_row_norms_of_clean_nodes_are_exact_through_collapses_and_expiry(batch):
+    """``Granularity.add``/``remove`` (large batches, COLLAPSE, ring expiry) update the row norms in the
+    same compiled pass: every node not marked dirty has the norms of its table, recomputed here."""
+    v, t = zipf_drift(9000, rate=40.0, n_items=120, s=1.2, drift_every=25, seed=5)
+    decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
+    ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=8, w=16, check_every=32))
+    clean = 0
+    for i in range(0, len(v), batch):
+        ix.ingest(v[i:i + batch], t[i:i + batch])
+        for g in ix.grans:
+            ok = ~g._norm_dirty
+            st = g.store[ok]
+            assert np.array_equal(g.rownorm[ok], np.einsum("nbdw,nbdw->nbd", st, st))
+            clean += int(ok.sum())
+        if i % (5 * batch) == 0:
+            ix._kernel_view()                  # the probe side clears the flags (recomputes what is dirty)
+    assert ix.counters["collapses"] > 0 and clean > 0
+    # nothing is left for the probe side after the compiled dense updates of a large batch
+    if batch == 900:
+        assert not any(g._norm_dirty.any() for g in ix.grans)
+
+
+def test_granularity_add_remove_keep_exact_norms_and_equal_numpy(monkeypatch):
+    from sketchql.index.pyramid import Granularity
+    rng = np.random.default_rng(1)
+    shape = (4, 3, 8)
+    gk, gn = Granularity(1, 4, shape), Granularity(1, 4, shape)
+    for step in range(60):
+        slot = int(rng.integers(0, 4))
+        if rng.random() < 0.3:
+            monkeypatch.setattr(kernels, "ENABLED", True)
+            gk.remove(slot)
+            monkeypatch.setattr(kernels, "ENABLED", False)
+            gn.remove(slot)
+        else:
+            delta = rng.integers(-5, 6, shape).astype(np.int64)
+            monkeypatch.setattr(kernels, "ENABLED", True)
+            gk.add(slot, delta)
+            monkeypatch.setattr(kernels, "ENABLED", False)
+            gn.add(slot, delta)
+        assert np.array_equal(gk.store, gn.store)
+        assert not gk._norm_dirty[gk.path(slot)].any()        # compiled: the updated nodes' norms are exact
+        ok = ~gk._norm_dirty
+        assert np.array_equal(gk.rownorm[ok], np.einsum("nbdw,nbdw->nbd", gk.store[ok], gk.store[ok]))
+        assert np.array_equal(gk.f2_nodes(), gn.f2_nodes())

@@ -999,6 +999,25 @@ def csr_append(Vc, Tc, Rc, base, v, t, r, offsets, cstart, clen):
         clen[b] = offsets[b + 1] - offsets[b]
 
 
+@numba.njit(cache=True, nogil=True)
+def add_dense(store, rownorm, path, delta, sign):
+    """``store[p] += sign * delta`` for the pyramid nodes ``path`` (a leaf and its ancestors) with
+    their row norms recomputed exactly in the same pass (``rownorm[p, b, r] = sum_c store[p, b, r,
+    c]^2``, int64), while the rows are in cache: ``Granularity.add``/``remove`` of a dense (B, d,
+    w) delta (a large batch, a COLLAPSE, an expiry) then leave no norm for the probe side to
+    recompute.  ``store`` (n_nodes, B, d, w), ``rownorm`` (n_nodes, B, d), ``delta`` (B, d, w)."""
+    for i in range(path.shape[0]):
+        p = path[i]
+        for b in range(store.shape[1]):
+            for r in range(store.shape[2]):
+                acc = np.int64(0)
+                for c in range(store.shape[3]):
+                    x = store[p, b, r, c] + sign * delta[b, r, c]
+                    store[p, b, r, c] = x
+                    acc += x * x
+                rownorm[p, b, r] = acc
+
+
 def comparable(vdtype, kdtype):
     """The common dtype the kernels compare stored values and keys in (int64 / float64), or None."""
     if vdtype is None or kdtype is None:
@@ -1045,6 +1064,8 @@ def warm_up() -> None:
                     np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
     for V in (z, f):
         csr_append(V.copy(), f.copy(), z.copy(), 0, V, f, z, np.array([0, 1], dtype=np.int64), z.copy(), z.copy())
+    add_dense(np.zeros((1, 1, 1, 2), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(),
+              np.zeros((1, 1, 2), dtype=np.int64), 1)
     thresholds(np.zeros((1, 1)), z, 0.5, 1.0, 64)
     concat_perm(np.zeros((1, 2), dtype=np.int64))
     sketch_add(np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(), z, z.reshape(1, 1),

@@ -193,13 +193,25 @@ class Granularity:
 
     # -- updates -------------------------------------------------------------------
     def add(self, slot: int, delta: np.ndarray) -> None:
-        """Add a (B, d, w) delta to a leaf and every ancestor."""
-        for l, lev in enumerate(self.levels):
-            lev[slot >> l] += delta
+        """Add a (B, d, w) delta to a leaf and every ancestor (compiled: with their row norms
+        recomputed in the same pass, :func:`kernels.add_dense`; numpy: norms recomputed lazily)."""
         p = self.path(slot)
-        self._norm_dirty[p] = True
+        if not self._add_dense(p, delta, 1):
+            for l, lev in enumerate(self.levels):
+                lev[slot >> l] += delta
+            self._norm_dirty[p] = True
         self._f2_stale[p] = True
         self.version += 1
+
+    def _add_dense(self, p, delta, sign: int) -> bool:
+        """``store[p] += sign * delta`` and exact row norms of ``p`` in one compiled pass; False (nothing
+        done) without the kernels or for a delta that is not an int64 (B, d, w) table."""
+        if not (kernels.ENABLED and isinstance(delta, np.ndarray) and delta.dtype == np.int64
+                and delta.shape == tuple(self.shape) and self.store.flags.c_contiguous):
+            return False
+        kernels.add_dense(self.store, self.rownorm, p, np.ascontiguousarray(delta), sign)
+        self._norm_dirty[p] = False
+        return True
 
     def add_sparse(self, slot: int, pos: np.ndarray, val: np.ndarray) -> None:
         """Add ``val`` at flat positions ``pos`` (unique, into a (B*d*w) table) of a leaf and its ancestors.
@@ -235,10 +247,11 @@ class Granularity:
             self.slots[slot] = None
             return
         delta = self.levels[0][slot].copy()
-        for l, lev in enumerate(self.levels):
-            lev[slot >> l] -= delta
         p = self.path(slot)
-        self._norm_dirty[p] = True
+        if not self._add_dense(p, delta, -1):
+            for l, lev in enumerate(self.levels):
+                lev[slot >> l] -= delta
+            self._norm_dirty[p] = True
         self._f2_stale[p] = True
         self.slots[slot] = None
 
