@@ -309,6 +309,46 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   the last 6k batch), so writing the first region straight to the output saves at most ~1%; over a
   600 s 6k stream 16 of 107 calls copy their result (fewer than 1/16 of the set: 30-190 us each,
   fresh memory), but none of the --quick 6k batches does.
+  Seventh follow-up (hA; in situ = the bench's 6k sequence -- both ingests, timed call, warm repeat
+  -- per-batch minima over 9-15 runs, A/B against a worktree of 57e2f4a, runs interleaved; scripts
+  in /tmp/hA): (15) ``KernelView.refresh_fast``: when only G1's hot zone grew (5 of the 6 timed
+  --quick batches) the refresh is one compiled call (``kernels.refresh_hot``: the hot leaf's range
+  and cell lengths, G1's ranges and F2) on arguments bound at the last full refresh: those five
+  refreshes 66.7/67.1/71.3 -> 51.4/53.5/50.6 us (load 4.7-5.5).  (16) ``Granularity.add``/``remove``
+  of a dense delta (a large batch, COLLAPSE, expiry) recompute their nodes' row norms in the same
+  compiled pass (``kernels.add_dense``, exact), so the probe's refresh recomputes none: the
+  structural refresh 73.2/69.3/67.8 -> 61.7/62.0/59.1 us (load 4.2-4.5); cold zones enter the CSR
+  in one call (``kernels.csr_append``: no gain measured alone).  (17) The first scan of a (node, key)
+  cell into the shared run is branch-free: warm kernel unchanged (94 -> 97 / 99 -> 99 us), in situ
+  kernel sums over the 6 calls 797/840/964/866/813/790/839 vs 813/859/843/1292/846/870/847 us (load
+  2.2-3.0): ~1-3%, at the noise's edge.  Together, in situ T4 per 6 calls (refresh + Python + kernel;
+  /tmp/hA/h2.py, 4 pairs each): with (15) and (17) 1172/1077/1098/1056 -> 1041/1009/1107/998 us at
+  load 1.4-1.8, with (15)-(17) 1050/1101/1217/1170 -> 1013/1054/1118/1163 at load 2.6-2.9: ~4-6%,
+  short of the 10-15% that 5x reliably needs.  --quick, 4 pairs interleaved with 57e2f4a (load 2.4-4.3): t_hit_ratio_6k
+  4.78/4.00/4.09/4.67 -> 5.22/4.64/5.09/3.90 (T4 3.0/3.7/3.6/3.0 -> 2.8/3.1/3.0/3.9 ns per output,
+  T1 scan 14.2-15.5 on both sides: one run's T4 swings more than the change); 60k, default stream
+  and T4 ingest unchanged within their noise.  Where in situ time is now (per 6 calls, load ~1.6):
+  kernel ~800-850 us (per call: numba dispatch of 41 arguments + hashing ~13 (warm 8.6; a 41-argument
+  no-op costs 2.4 warm), key groups and allocations ~6 (warm 2), the descent loop ~30 (warm 16), the
+  matching ~90 of which writing the 32-byte outputs ~40), refresh ~110 (structural ~60), Python
+  around the kernel ~12 per call (keys and windows ~2, BufferPool.get ~2, arguments ~2, counters
+  and take4 ~2.5, Matches and the region ends' copy ~3.5).  Measured, not kept: the memo of cold
+  nodes' estimates across calls (lever 1 of the brief) was not built: its ceiling, touching the
+  cold nodes' counters (G3's, the only nodes whose estimates it could keep) before the in-situ
+  call, gave kernel sums 816 vs 818 and 793 vs 852 us, the whole sketch store 842/819 (load 1.6-1.9),
+  and the in-situ descent alone (hash + groups + descent, no matching) 47-50 us per call vs 26.5
+  warm, 43-48 with the store touched: the counter reads are a few us per call, the descent's
+  in-situ penalty is elsewhere (predictor and instruction-cache state after the ingests, cf. the
+  fourth follow-up's spin and sleep runs).  A group-first descent (every (node in the batch's span,
+  key) estimate up front, then per probe only selects; same results): warm 27.1 -> 25.5 us, in situ
+  descent 318/365 vs 309/323 per 6 calls: none.  Galloping searches from the previous probe's
+  bounds in the shared runs (probes of a key come in time order; same results): warm 97.4 -> 95.8
+  us, in situ 823/850/864/832 vs 799/802/857/857: none.  Non-temporal stores for the outputs
+  (83k outputs x 32 B in 70-entry runs): 35 us normal vs 95 non-temporal warm, 40-44 vs 97 after
+  16 MB of pollution (DRAM-bound): far slower.  What is left is spread thin: Python ~12 us per call
+  in ~10 pieces of 1-3 us, the structural refresh's Python ~30 us once per G1 period, the
+  dispatch's ~5 us in situ (a packed structref would save ~2-3); the kernel's in-situ excess over
+  its warm time (~40 us per call) is machine state, not work the index does.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
