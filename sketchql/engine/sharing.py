@@ -90,6 +90,7 @@ import numpy as np
 
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes
+from .query import without_pi
 
 __all__ = ["WindowStore", "StoreScan", "SharedOperator", "Sharing", "canon"]
 
@@ -619,6 +620,7 @@ class Sharing:
 
     # -- feeding -------------------------------------------------------------------
     def feed(self, stream: str, b: Batch) -> None:
+        b = without_pi(b)       # exact scans only: one schema whether or not the stream sheds
         for st in self.stores.values():
             if st.stream.lower() == stream.lower() and st.consumers:
                 st.feed(b)
