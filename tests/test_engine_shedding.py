@@ -118,3 +118,39 @@ def test_shedding_mid_stream_every_operator(share):
         assert a["n_lo"] <= true <= a["n_hi"], (t, dict(a), true)
         if nkept < true:
             assert a["n"] > nkept
+
+
+def test_http_patch_shed_rate_then_push_with_a_preference_selection():
+    """The audit's repro over HTTP: PATCH /control/stream/W {"shed_rate": 0.5}, then pushes to a
+    stream with a PREFERENCE selection: every push 200 and applied (each was acknowledged, then
+    failed in the apply thread: rejected_rows counted as apply_error), and the selection's rows
+    are distinct pushed qualifying ones, also from the shed batches."""
+    from fastapi.testclient import TestClient
+    from sketchql.service.app import create_app
+
+    rng = np.random.default_rng(4)
+    with TestClient(create_app(demo=False)) as c:
+        assert c.post("/streams", json={"sql": "CREATE STREAM W (i INT, k INT) TIMESTAMP ts"}).status_code == 201
+        assert c.post("/streams", json={"sql": "CREATE SUMMARY sw ON W (k) WITH GRANULARITY 10 SECONDS "
+                                               "AND COLLAPSE(2, 3)"}).status_code == 201
+        r = c.post("/queries", json={"sql": "SELECT W.i FROM W [RANGE 10] WHERE W.k BETWEEN 1 AND 3 "
+                                            "WITH PREFERENCE desc W.k WITHIN 50 PROBES PER TUPLE"})
+        assert r.status_code == 201, r.text
+        qid = r.json()["id"]
+        pushed = {}
+        for t in range(6):
+            if t == 1:
+                r = c.patch("/control/stream/W", json={"shed_rate": 0.5})
+                assert r.status_code == 200, r.text
+            rows = [{"ts": t + j / 20, "i": 20 * t + j, "k": int(rng.integers(0, 5))} for j in range(20)]
+            pushed.update({x["i"]: x["k"] for x in rows})
+            r = c.post("/streams/W/batches", json={"rows": rows})
+            assert r.status_code == 200, r.text
+        got = c.get(f"/queries/{qid}/results", params={"since": 0, "limit": 10_000}).json()
+        ids = [x["row"]["i"] for x in got["rows"] if x["sign"] == 1]
+        assert ids and all(1 <= pushed[i] <= 3 for i in ids)
+        assert len(set(ids)) == len(ids)
+        assert any(i >= 20 for i in ids)              # rows of the batches pushed while shedding
+        stats = c.get("/streams/W").json()["stats"]     # acknowledged and applied (not apply_error)
+        assert stats["rejected_rows"] == 0 and stats["tuples_in"] == 120, stats
+        assert 20 + 30 <= stats["tuples_kept"] < 120
