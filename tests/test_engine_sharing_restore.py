@@ -169,7 +169,41 @@ def test_http_register_after_checkpoint_and_restart(tmp_path):
         assert c.post("/streams/A/heartbeat", json={"ts": 20.0}).status_code == 200
         snap = c.get(f"/queries/{qid}/snapshot", params={"at": 15.0})
         assert snap.status_code == 200, snap.text
-        want = sum(1 for x in rows if 5.0 < x["ts"] <= 15.0)
+        want = sum(1 for x in rows if 1.0 < x["ts"] <= 11.0)
         body = snap.json()
         n = body["rows"][0][body["columns"].index("n")] if isinstance(body["rows"][0], list) else body["rows"][0]["n"]
         assert n == want
+
+
+def test_real_server_sigkill_after_checkpoint_then_register(tmp_path):
+    """The audit's repro on a real ``sketchql serve`` process: checkpoint, SIGKILL, restart,
+    register a store-sharing query (was 500 KeyError), and its results are the tuples pushed
+    after it (brute force)."""
+    from service_server import Server
+
+    srv = Server(tmp_path / "data", ["--no-demo", "--checkpoint-interval", "3600"])
+    try:
+        srv.wait_ready()
+        assert srv.client.post("/streams", json={"sql": DDL}).status_code == 201
+        assert srv.client.post("/queries", json={"sql": EARLY[0]}).status_code == 201
+        rows = [{"ts": float(t), "k": t % 3, "x": 0.5} for t in range(1, 6)]
+        assert srv.client.post("/streams/A/batches", json={"rows": rows}).status_code == 200
+        assert srv.client.post("/admin/checkpoint").status_code == 200
+    finally:
+        srv.kill9()
+    srv = Server(tmp_path / "data", ["--no-demo", "--checkpoint-interval", "3600"])
+    try:
+        h = srv.wait_ready()
+        assert h["recovery"]["checkpoint_seq"] > 0 and not h["recovery"]["errors"]
+        r = srv.client.post("/queries", json={"sql": "SELECT COUNT(*) AS n FROM A [RANGE 10]"})
+        assert r.status_code == 201, r.text
+        qid = r.json()["id"]
+        assert qid > 1                      # ids are never reused
+        later = [{"ts": 6.0 + 0.5 * i, "k": i % 3, "x": 0.1} for i in range(12)]
+        assert srv.client.post("/streams/A/batches", json={"rows": later}).status_code == 200
+        snap = srv.client.get(f"/queries/{qid}/snapshot", params={"at": 11.0}).json()
+        assert snap["rows"][0]["n"] == sum(1 for x in later if 1.0 < x["ts"] <= 11.0)
+        total = srv.client.get("/queries/1/snapshot", params={"at": 11.0}).json()
+        assert total["rows"][0]["n"] == len(rows) + sum(1 for x in later if x["ts"] <= 11.0)
+    finally:
+        srv.stop()
