@@ -169,7 +169,7 @@ def test_http_register_after_checkpoint_and_restart(tmp_path):
         assert c.post("/streams/A/heartbeat", json={"ts": 20.0}).status_code == 200
         snap = c.get(f"/queries/{qid}/snapshot", params={"at": 15.0})
         assert snap.status_code == 200, snap.text
-        want = sum(1 for x in rows if 1.0 < x["ts"] <= 11.0)
+        want = sum(1 for x in rows if 5.0 < x["ts"] <= 15.0)
         body = snap.json()
         n = body["rows"][0][body["columns"].index("n")] if isinstance(body["rows"][0], list) else body["rows"][0]["n"]
         assert n == want
