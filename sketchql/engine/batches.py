@@ -44,20 +44,91 @@ def _show(x) -> str:
     return repr(x.item() if isinstance(x, np.generic) else x)
 
 
+#: INT columns hold int64: [-2^63, 2^63).  Both bounds are exact in float64.
+_I64_LO, _I64_HI = -2.0 ** 63, 2.0 ** 63
+#: below this magnitude a float64 holds every integer exactly
+_EXACT_F64 = 2.0 ** 53
+
+
+def _too_big(where: str, col: str, r: int, v) -> BatchError:
+    return BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(v)}, which does not fit "
+                      f"in 64 bits (signed)")
+
+
+def _float_to_int(col: str, a: np.ndarray, where: str) -> np.ndarray:
+    """A float column into INT: every value integral and in [-2^63, 2^63), else the first bad row
+    is named.  One min / max over the column decides the range (NaN and ±inf fail it too); the
+    row is looked for only on the error path."""
+    if not len(a):
+        return a.astype(np.int64)
+    lo, hi = a.min(), a.max()
+    in_range = bool(lo >= _I64_LO and hi < _I64_HI)       # False with a NaN (comparisons are False)
+    if in_range:
+        frac = a != np.round(a)
+        if not frac.any():
+            return a.astype(np.int64)
+    outside = ~((a >= _I64_LO) & (a < _I64_HI))
+    r = int(np.flatnonzero(outside | (a != np.round(a)))[0])
+    if outside[r] and np.isfinite(a[r]):
+        raise _too_big(where, col, r, a[r])
+    raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(a[r])}")
+
+
+def _exact_int(v):
+    """The integer an object-column value is, or None if it is not integral.  Strings are read
+    as Python reads them: ``int(s)``, else ``float(s)`` (correctly rounded)."""
+    if isinstance(v, (bool, np.bool_, int, np.integer)):
+        return int(v)
+    if not isinstance(v, (float, np.floating)):
+        s = str(v).strip()
+        try:
+            return int(s)
+        except ValueError:
+            pass
+        try:
+            v = float(s)
+        except ValueError:
+            return None
+    f = float(v)
+    return int(f) if f.is_integer() else None
+
+
+def _object_to_int(col: str, a: np.ndarray, num: np.ndarray, where: str) -> np.ndarray:
+    """An object column (numbers, numeric strings) into INT, exactly.  ``num`` is pandas' float64
+    reading (no NaN left); it is used as is only when it is exact: no strings (pandas' string
+    parser is not correctly rounded) and every value integral below 2^53.  Otherwise each value
+    is read exactly (Python ints beyond 2^53 lose digits in a float64: 2^63 - 1 rounds to 2^63)
+    and range-checked, the first bad row named."""
+    import pandas as pd
+    numbers_only = pd.api.types.infer_dtype(a, skipna=True) in ("integer", "floating", "mixed-integer-float",
+                                                                "boolean", "empty")
+    if numbers_only and bool((np.abs(num) < _EXACT_F64).all()) and not (num != np.round(num)).any():
+        return num.astype(np.int64)
+    out = np.empty(len(a), np.int64)
+    for r, x in enumerate(a):
+        v = _exact_int(x)
+        if v is None:
+            raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(x)}")
+        if not -2 ** 63 <= v < 2 ** 63:
+            raise _too_big(where, col, r, x)
+        out[r] = v
+    return out
+
+
 def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
     """Convert one column to the declared kind or raise naming the first bad row."""
     if kind in ("int", "float"):
         if a.dtype == bool:
             return a.astype(np.int64 if kind == "int" else np.float64)
         if a.dtype.kind in "iu":
+            if kind == "int" and a.dtype.kind == "u" and a.dtype.itemsize == 8 and len(a) \
+                    and a.max() >= np.uint64(2 ** 63):
+                r = int(np.flatnonzero(a >= np.uint64(2 ** 63))[0])
+                raise _too_big(where, col, r, a[r])
             return a.astype(np.int64 if kind == "int" else np.float64, copy=False)
         if a.dtype.kind == "f":
             if kind == "int":
-                bad = ~np.isfinite(a) | (a != np.round(a))
-                if bad.any():
-                    r = int(np.flatnonzero(bad)[0])
-                    raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(a[r])}")
-                return a.astype(np.int64)
+                return _float_to_int(col, a, where)
             return a.astype(np.float64, copy=False)
         # object / strings: try a numeric reading, report the first failure
         import pandas as pd
@@ -72,7 +143,7 @@ def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
             if isnull.any():
                 r = int(np.flatnonzero(isnull)[0])
                 raise BatchError(f"{where}: column {col!r} is INT but row {r} is NULL")
-            return num.astype(np.int64)
+            return _object_to_int(col, a, num, where)
         return num
     if kind == "str":
         if a.dtype.kind in "USO":

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 
 from ..approx.knobs import QUERY_KNOBS as _PRECISION_KNOBS
+from ..approx.sampling import PI_COLUMN
 from ..control import ControlTable, Knob
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
@@ -24,6 +25,20 @@ class PollResult(list):
 
 
 # ---------------------------------------------------------------------- queries
+def without_pi(b: Batch) -> Batch:
+    """``b`` without the stream's inclusion-probability column ``__pi``.
+
+    Load shedding (stream knob ``shed_rate``, :func:`sketchql.approx.sampling.shed`) adds
+    ``__pi`` to the batches it reduces, and only while it drops anything, so a stream's batches
+    gain and lose the column when the knob changes.  Only a query's input sampler reads it
+    (turning it into the row weight ``__w = 1 / (π_query · __pi)``); every window, join and
+    promising-tuple operator keeps columns by name and must see one schema for the stream's
+    lifetime, so they receive the declared columns only."""
+    if PI_COLUMN not in b.columns:
+        return b
+    return Batch({k: v for k, v in b.columns.items() if k != PI_COLUMN}, ts=b.ts)
+
+
 class Query:
     """A registered continuous query: fed by the engine, read with ``results()`` / iteration.
 
@@ -102,6 +117,7 @@ class Query:
         (the ids under which the shared index holds them; default: none known)."""
         if src_index in self._shared_sources:   # a shared window store holds them (engine.sharing)
             return
+        b = without_pi(b)      # a query's sampler (engine.precision) consumed it before this point
         if len(b):
             if rows is None:
                 rows = np.full(len(b), -1, np.int64)

@@ -90,6 +90,7 @@ import numpy as np
 
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes
+from .query import without_pi
 
 __all__ = ["WindowStore", "StoreScan", "SharedOperator", "Sharing", "canon"]
 
@@ -112,13 +113,34 @@ def canon(x):
     if isinstance(x, (set, frozenset)):
         return tuple(sorted(repr(canon(v)) for v in x))
     if callable(x):
-        return ("fn", id(x))               # compiled code: equal only if it is the same object
+        return ("fn", _Same(x))            # compiled code: equal only if it is the same object
     if type(x).__name__ == "Column":
         return ("col", getattr(x, "cname", None) or x.name)
     if dataclasses.is_dataclass(x):
         return (type(x).__name__,) + tuple(canon(getattr(x, f.name)) for f in dataclasses.fields(x)
                                           if f.name not in ("pos", "op"))
-    return (type(x).__name__, id(x))          # unknown objects: never equal across queries
+    return (type(x).__name__, _Same(x))       # unknown objects: never equal across queries
+
+
+class _Same:
+    """An object compared by identity inside a signature.  Unlike ``id(obj)`` it stays valid
+    after a checkpoint round trip (the restored signature holds the restored object, and the
+    dict holding it rehashes on load), and it cannot collide with a stale id of an object
+    from before the restore."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        return f"<same {type(self.obj).__name__} at {id(self.obj):#x}>"
 
 
 # ---------------------------------------------------------------------- window stores
@@ -302,16 +324,29 @@ class SharedOperator:
         self.base = 0                      # absolute index of queue[0]
         self.positions: dict = {}          # consumer id -> next absolute index
         self._ids = 0
+        self._fresh: set = set()           # consumers that have not read a step yet
+        self._last = None                  # (now, output) of the last step computed
 
     def consumer(self) -> "SharedConsumer":
         self._ids += 1
         c = SharedConsumer(self, self._ids)
         self.positions[c.cid] = self.base + len(self.queue)
+        self.__dict__.setdefault("_fresh", set()).add(c.cid)
         return c
 
     def _read(self, cid: int, now: float, inputs):
         pos = self.positions[cid]
         end = self.base + len(self.queue)
+        fresh = self.__dict__.get("_fresh", set())
+        if cid in fresh:
+            fresh.discard(cid)
+            last = self.__dict__.get("_last")
+            if pos >= end and last is not None and last[0] == now:
+                # A query registered after data takes its catch-up step at the streams' clock when it
+                # registers; a twin registered next (same epoch: no tuple in between, see attach) joins
+                # after that step was computed and freed and asks for the very same step: it reads it
+                # (computing it again would step the operator twice at one time)
+                return last[1]
         if pos < end:
             t, out = self.queue[pos - self.base]
             if t != now:
@@ -320,6 +355,7 @@ class SharedOperator:
         else:
             out = self.op.step(now, *inputs)
             self.queue.append((now, out))
+            self._last = (now, out)
         self.positions[cid] = pos + 1
         low = min(self.positions.values())
         if low > self.base:
@@ -374,8 +410,34 @@ class Sharing:
         self.engine = engine
         self.stores: dict = {}              # key -> WindowStore
         self.ops: dict = {}                 # signature -> (SharedOperator, epoch, [qids])
-        self.members: dict = {}             # id(shared object) -> [qids]
+        #: shared object (WindowStore, SharedOperator, SharedEntryTable) -> [qids], keyed by the
+        #: object itself (identity hash): an id() key would not survive a checkpoint round trip
+        self.members: dict = {}
         self.entry_tables: dict = {}        # (indexes, window, fade, key) -> SharedEntryTable (PT queues)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        # a snapshot written while ``members`` was keyed by id(): those keys name objects of
+        # the process that wrote it; rebuilt from the queries on first use (_members_ok)
+        self._stale_members = any(isinstance(k, int) for k in self.members)
+
+    def _members_ok(self) -> None:
+        if not self.__dict__.pop("_stale_members", False):
+            return
+        self.members = {}
+        for shared, _, qids in self.ops.values():
+            self.members[shared] = qids          # the same list as the ops entry (as attach made it)
+        for st in self.stores.values():
+            self.members[st] = []
+        for t in self.entry_tables.values():
+            self.members[t] = []
+        for qid in sorted(self.engine._queries):
+            for node in self.engine._queries[qid].plan.nodes:
+                t = getattr(getattr(getattr(node.op, "op", None), "queue", None), "table", None)
+                if t is not None and t in self.members and qid not in self.members[t]:
+                    self.members[t].append(qid)
+                if isinstance(node.op, StoreScan) and qid not in self.members.setdefault(node.op.store, []):
+                    self.members[node.op.store].append(qid)
 
     # -- registration ------------------------------------------------------------
     def _epoch(self, streams) -> tuple:
@@ -393,7 +455,7 @@ class Sharing:
             if node.kind == "scan":
                 s = ("scan", node.params["stream"].lower(), canon(node.params.get("prefilter")),
                      canon(node.params.get("pushed")), canon(node.params["window"]), node.params.get("sample"),
-                     id(node.params["sampler"]) if node.params.get("sampler") is not None else None)
+                     _Same(node.params["sampler"]) if node.params.get("sampler") is not None else None)
             elif (node.kind == "project" and node.label == _AGG_ARGS and id(node) in parent
                   and parent[id(node)].kind == "aggregate"):
                 # computes exactly the keys and arguments its aggregate's label spells out
@@ -414,6 +476,7 @@ class Sharing:
         """What registering ``plan`` now would share (notes for EXPLAIN), without registering it."""
         if plan.engine != "exact" or plan.bound.tables:
             return []
+        self._members_ok()
         streams = sorted({s.schema.name.lower() for s in plan.bound.streams})
         sigs = self._signatures(plan, streams)
         epoch = self._epoch(streams)
@@ -433,6 +496,7 @@ class Sharing:
 
     def attach(self, query) -> list:
         """Share what can be shared in ``query``'s plan; returns notes for EXPLAIN."""
+        self._members_ok()
         if query.plan.engine != "exact" or query.bound.tables:
             query._sharing_notes = self._share_pt_entries(query)
             return query._sharing_notes
@@ -469,7 +533,7 @@ class Sharing:
                 shared = SharedOperator(node.op)
                 node.op = shared.consumer()
                 self.ops[key] = (shared, epoch, [query.id])
-                self.members[id(shared)] = self.ops[key][2]
+                self.members[shared] = self.ops[key][2]
         query._sharing_notes = notes
         return notes
 
@@ -494,13 +558,13 @@ class Sharing:
         if st is None:
             st = WindowStore(node.params["stream"], node.params.get("filter_fns", []), key)
             self.stores[key] = st
-            self.members[id(st)] = []
+            self.members[st] = []
         c = st.consumer(w)
         c.params = node.params
         c.rng = query._rngs.get(node.source)
         node.op = c
         query._shared_sources.add(node.source)
-        self.members[id(st)].append(query.id)
+        self.members[st].append(query.id)
         return c
 
     def _share_pt_entries(self, query) -> list:
@@ -517,50 +581,53 @@ class Sharing:
             if (q is None or not srcs or not all(hasattr(s, "bind") for s in srcs) or q.n
                     or getattr(q, "table", 0) is not None):
                 continue
-            key = ("pt_entries", tuple(id(s.ix) for s in srcs), float(inner.window), float(inner.fade),
+            key = ("pt_entries", tuple(_Same(s.ix) for s in srcs), float(inner.window), float(inner.fade),
                    inner.key, tuple(q.fields))
             t = self.entry_tables.get(key)
             if t is None:
                 t = self.entry_tables[key] = SharedEntryTable(q.fields)
-                self.members[id(t)] = []
+                self.members[t] = []
             q.attach_table(t)
             others = self._others(t, query.id)
-            self.members[id(t)].append(query.id)
+            self.members[t].append(query.id)
             if others:
                 notes.append(f"n{i} pt_join: entry columns shared with queries {others}")
         return notes
 
     def _others(self, obj, qid) -> list:
-        return sorted(set(q for q in self.members.get(id(obj), []) if q != qid))
+        return sorted(set(q for q in self.members.get(obj, []) if q != qid))
 
     def detach(self, query) -> None:
+        self._members_ok()
         for node in query.plan.nodes:
             q = getattr(getattr(node.op, "op", None), "queue", None)
             t = getattr(q, "table", None)
             if t is not None:
                 t.detach(q)
-                m = self.members.get(id(t), [])
+                m = self.members.get(t, [])
                 if query.id in m:
                     m.remove(query.id)
             if isinstance(node.op, StoreScan):
                 node.op.store.release(node.op)
-                m = self.members.get(id(node.op.store), [])
+                m = self.members.get(node.op.store, [])
                 if query.id in m:
                     m.remove(query.id)
             elif isinstance(node.op, SharedConsumer):
                 node.op.shared.drop(node.op.cid)
-                m = self.members.get(id(node.op.shared), [])
+                m = self.members.get(node.op.shared, [])
                 if query.id in m:
                     m.remove(query.id)
 
     # -- feeding -------------------------------------------------------------------
     def feed(self, stream: str, b: Batch) -> None:
+        b = without_pi(b)       # exact scans only: one schema whether or not the stream sheds
         for st in self.stores.values():
             if st.stream.lower() == stream.lower() and st.consumers:
                 st.feed(b)
 
     # -- introspection ----------------------------------------------------------------
     def shared_with(self, query, node) -> list:
+        self._members_ok()
         op = node.op
         obj = op.store if isinstance(op, StoreScan) else op.shared if isinstance(op, SharedConsumer) else None
         return [] if obj is None else self._others(obj, query.id)
