@@ -59,6 +59,9 @@ class SummaryRegistry:
         if not isinstance(path, str) or not path.strip():
             raise _bad_path("\"path\" must be a non-empty string (a summary store directory or a .sqs file)",
                             str(path))
+        bad = next((i for i, ch in enumerate(path) if ch == "\x00"), None)
+        if bad is not None:                    # the OS cannot take it (os.stat: "embedded null byte")
+            raise _bad_path(f"\"path\" contains a NUL character (at index {bad}); a file path cannot", path)
         if "://" in path and not path.startswith("file://"):
             raise ApiError(403, "forbidden_path", f"{path!r}: remote URIs cannot be loaded (only files below "
                            f"the configured summary roots)", path=path)
