@@ -131,37 +131,66 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        has_body = False
         for k, v in scope.get("headers", ()):
-            if k == b"content-length":
+            if k == b"transfer-encoding":
+                has_body = True
+            elif k == b"content-length":
                 try:
                     size = int(v)
                 except ValueError:
                     size = -1
+                has_body = size != 0
                 if size < 0 or size > self.limit:
                     err = limit_exceeded(413, "max_body_bytes", size, self.limit, "request body (bytes)") if size >= 0 \
                         else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')[:40]!r}")
                     resp = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
                     return await resp(scope, receive, send)
         seen, done, stopped, started = 0, False, None, False
-        limit, timeout = self.limit, self.read_timeout
+        limit, timeout = self.limit, (self.read_timeout if has_body else None)   # no body: nothing to wait for
+        # the read timeout: one watchdog timer per request (not one per chunk: ~1 us instead of ~6 us per
+        # chunk with asyncio.timeout), cancelling the task only while it waits for body bytes
+        loop = task = timer = None
+        waiting, fired, since = False, False, 0.0
+
+        def watchdog():
+            nonlocal timer, fired
+            timer = None
+            if done or stopped is not None:
+                return
+            now = loop.time()
+            if waiting and now - since >= timeout:
+                fired = True
+                task.cancel()
+            else:
+                timer = loop.call_at((since if waiting else now) + timeout, watchdog)
 
         async def limited():
-            nonlocal seen, done, stopped
+            nonlocal seen, done, stopped, loop, task, timer, waiting, fired, since
             if done:
                 return await receive()
             if stopped is not None:
                 raise stopped
-            try:
-                if timeout is None:
+            if timeout is None:
+                msg = await receive()
+            else:
+                if loop is None:
+                    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+                since, waiting = loop.time(), True
+                if timer is None:
+                    timer = loop.call_at(since + timeout, watchdog)
+                try:
                     msg = await receive()
-                else:
-                    async with asyncio.timeout(timeout):
-                        msg = await receive()
-            except TimeoutError:
-                stopped = BodyError(408, "body_timeout", f"request body: no data for {timeout:g} s (received "
-                                    f"{seen} bytes); the limit is body_read_timeout_s={timeout:g}",
-                                    limit="body_read_timeout_s", maximum=timeout, received=seen)
-                raise stopped from None
+                except asyncio.CancelledError:
+                    if not fired:
+                        raise
+                    task.uncancel()
+                    stopped = BodyError(408, "body_timeout", f"request body: no data for {timeout:g} s (received "
+                                        f"{seen} bytes); the limit is body_read_timeout_s={timeout:g}",
+                                        limit="body_read_timeout_s", maximum=timeout, received=seen)
+                    raise stopped from None
+                finally:
+                    waiting = False
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > limit:
@@ -172,6 +201,9 @@ class BodyLimit:
                 done = not msg.get("more_body", False)
             else:
                 done = True
+            if (done or stopped is not None) and timer is not None:
+                timer.cancel()
+                timer = None
             return msg
 
         async def guarded(msg):
@@ -188,6 +220,9 @@ class BodyLimit:
         except Exception:
             if stopped is None or started:
                 raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         if stopped is not None and not started:
             await JSONResponse(stopped.body(), status_code=stopped.status,
                                headers={"Connection": "close"})(scope, receive, send)
