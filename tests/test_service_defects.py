@@ -370,3 +370,26 @@ def test_no_route_answers_the_generic_parse_error(c):
             if r.status_code == 400:
                 assert r.json()["error"]["type"] == "invalid_json" and r.json()["error"]["line"] == 1, (url, r.text)
     assert sys.get_int_max_str_digits() < 5000
+
+
+def test_alter_stream_constraint_survives_a_restart(tmp_path):
+    for checkpoint in (False, True):
+        d = tmp_path / f"ck{int(checkpoint)}"
+        with client(data_dir=str(d), sync=False) as cl:
+            assert cl.post("/streams", json={"sql": "CREATE STREAM F (oid INT) TIMESTAMP ts"}).status_code == 201
+            assert cl.post("/streams", json={"sql": "ALTER STREAM F ADD CONSTRAINT ORDERED (oid) K 3"}
+                           ).status_code == 201
+            want = cl.app.state.sketchql.engine.constraints.report()
+            if checkpoint:
+                assert cl.post("/admin/checkpoint").status_code == 200
+        with client(data_dir=str(d), sync=False) as cl:
+            assert cl.app.state.sketchql.engine.constraints.report() == want and len(want) == 1
+
+
+def test_deeply_nested_summary_manifest_is_400(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "manifest.json").write_text('{"summaries": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    cl = client(Limits(summary_roots=(str(tmp_path),)))
+    e = _err(cl.post("/summaries/load", json={"path": str(store)}), 400, "bad_summary_path")
+    assert "manifest.json" in e["message"] and e["path"] == str(store)

@@ -132,8 +132,8 @@ class SummaryRegistry:
         try:
             with open(os.path.join(real, "manifest.json"), "rb") as fh:
                 man = json.loads(fh.read().decode("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise _bad_path(f"{path!r}: unreadable manifest.json ({exc})", path) from None
+        except (OSError, ValueError, RecursionError) as exc:     # ValueError: also UnicodeDecodeError, 4300-digit ints
+            raise _bad_path(f"{path!r}: unreadable manifest.json ({type(exc).__name__}: {exc})"[:400], path) from None
         entries = man.get("summaries", {}) if isinstance(man, dict) else {}
         if not isinstance(entries, dict) or not entries:
             raise _bad_path(f"{path!r}: the summary store holds no summaries", path)
