@@ -12,7 +12,7 @@ GET      /health                                     liveness, counts, durabilit
 GET      /limits                                     the active :class:`Limits` (result buffer size, ...)
 GET      /demo                                       demo feeder status
 GET      /streams                                    streams and tables with schema and stats
-POST     /streams                                    admin ``{"sql": "CREATE STREAM|TABLE|SUMMARY ..."}`` (or DROP)
+POST     /streams                                    admin ``{"sql": "CREATE STREAM|TABLE|SUMMARY ..."}`` (or ALTER STREAM, DROP)
 GET      /streams/{name}                             one stream: schema, stats, knobs
 POST     /streams/{name}/batches                     admin; a batch: JSON rows / columns, NDJSON, Arrow IPC
 POST     /streams/{name}/heartbeat                   admin ``{"ts": t}``: no older tuple will come
@@ -39,7 +39,7 @@ POST     /summaries/load                             admin ``{"path", "name"?, "
 GET      /summaries                                  loaded + live (CREATE SUMMARY) summaries
 GET      /summaries/{name}                           one summary's description
 GET      /summaries/{name}/estimate?value=&t_from=&t_to=&confidence=&attr=&type=
-DELETE   /summaries/{name}                           admin; unload a loaded summary
+DELETE   /summaries/{name}                           admin; unload a loaded summary (or DROP SUMMARY a live one)
 GET      /durability                                 the operation log and checkpoint status
 POST     /admin/checkpoint                           admin; write a checkpoint now
 GET      /metrics                                    Prometheus text format
@@ -54,7 +54,7 @@ GET      /metrics                                    Prometheus text format
 """
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import os
 import threading
@@ -78,6 +78,7 @@ from .durability import DataDirError
 from .dashboard import dashboard_redirect, router as dashboard_router
 from .errors import ApiError, limit_exceeded
 from .ingest import ARROW_TYPES, NDJSON_TYPES
+from .jsonbody import BodyError, JsonRoute, parse_json
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
 from .sse import result_events
@@ -116,38 +117,115 @@ _BATCH_BODY = {"requestBody": {"required": True, "content": {
 
 
 class BodyLimit:
-    """ASGI middleware: refuse (413) a request whose declared body exceeds ``limit`` bytes, and cut a
-    streamed one that grows past it (it then fails to parse: 4xx)."""
+    """ASGI middleware: refuse (413) a request whose declared body exceeds ``limit`` bytes, and stop one
+    whose streamed (chunked) body grows past it or stalls: reading past ``limit`` bytes raises a 413
+    :class:`BodyError`, waiting more than ``read_timeout`` seconds for the next chunk a 408 one (None:
+    no bound).  Either way the request is answered with that error (whatever the route made of the
+    exception) and ``Connection: close``, since the rest of the body is never read."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, read_timeout: float | None = None):
         self.app = app
         self.limit = int(limit)
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        has_body = False
         for k, v in scope.get("headers", ()):
-            if k == b"content-length":
+            if k == b"transfer-encoding":
+                has_body = True
+            elif k == b"content-length":
                 try:
                     size = int(v)
                 except ValueError:
                     size = -1
+                has_body = size != 0
                 if size < 0 or size > self.limit:
                     err = limit_exceeded(413, "max_body_bytes", size, self.limit, "request body (bytes)") if size >= 0 \
-                        else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')!r}")
-                    resp = JSONResponse(err.body(), status_code=err.status)
+                        else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')[:40]!r}")
+                    resp = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
                     return await resp(scope, receive, send)
-        seen = [0]
+        seen, done, stopped, started = 0, False, None, False
+        limit, timeout = self.limit, (self.read_timeout if has_body else None)   # no body: nothing to wait for
+        # the read timeout: one watchdog timer per request (not one per chunk: ~1 us instead of ~6 us per
+        # chunk with asyncio.timeout), cancelling the task only while it waits for body bytes
+        loop = task = timer = None
+        waiting, fired, since = False, False, 0.0
+
+        def watchdog():
+            nonlocal timer, fired
+            timer = None
+            if done or stopped is not None:
+                return
+            now = loop.time()
+            if waiting and now - since >= timeout:
+                fired = True
+                task.cancel()
+            else:
+                timer = loop.call_at((since if waiting else now) + timeout, watchdog)
 
         async def limited():
-            msg = await receive()
+            nonlocal seen, done, stopped, loop, task, timer, waiting, fired, since
+            if done:
+                return await receive()
+            if stopped is not None:
+                raise stopped
+            if timeout is None:
+                msg = await receive()
+            else:
+                if loop is None:
+                    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+                since, waiting = loop.time(), True
+                if timer is None:
+                    timer = loop.call_at(since + timeout, watchdog)
+                try:
+                    msg = await receive()
+                except asyncio.CancelledError:
+                    if not fired:
+                        raise
+                    task.uncancel()
+                    stopped = BodyError(408, "body_timeout", f"request body: no data for {timeout:g} s (received "
+                                        f"{seen} bytes); the limit is body_read_timeout_s={timeout:g}",
+                                        limit="body_read_timeout_s", maximum=timeout, received=seen)
+                    raise stopped from None
+                finally:
+                    waiting = False
             if msg["type"] == "http.request":
-                seen[0] += len(msg.get("body", b""))
-                if seen[0] > self.limit:
-                    return {"type": "http.request", "body": b"\x00", "more_body": False}
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    stopped = BodyError(413, "limit_exceeded", f"request body (bytes): more than {limit} exceeds "
+                                        f"the limit max_body_bytes={limit}", limit="max_body_bytes",
+                                        value=f">{limit}", maximum=limit)
+                    raise stopped
+                done = not msg.get("more_body", False)
+            else:
+                done = True
+            if (done or stopped is not None) and timer is not None:
+                timer.cancel()
+                timer = None
             return msg
 
-        return await self.app(scope, limited, send)
+        async def guarded(msg):
+            nonlocal started
+            if stopped is None:
+                started = started or msg["type"] == "http.response.start"
+                return await send(msg)
+            if started:                      # (a response begun before the body was stopped: let it finish)
+                return await send(msg)
+            # the route's own answer to the stopped body is dropped; this middleware answers below
+
+        try:
+            await self.app(scope, limited, guarded)
+        except Exception:
+            if stopped is None or started:
+                raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if stopped is not None and not started:
+            await JSONResponse(stopped.body(), status_code=stopped.status,
+                               headers={"Connection": "close"})(scope, receive, send)
 
 
 class AuthAndCount:
@@ -363,6 +441,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     app = ServiceApp(title="sketchql", version=_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Approximate continuous queries over data streams. With tokens configured, send "
                               "`Authorization: Bearer <token>`: reads need the read or admin role, changes admin.")
+    app.router.route_class = JsonRoute      # JSON bodies parsed with errors that say where (jsonbody)
     app.state.sketchql = state
     app.state.checkpointer = checkpointer
     app.state.auth = auth
@@ -381,8 +460,10 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         first = errs[0] if errs else {}
         loc = [str(x) for x in first.get("loc", [])]
         msg = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}" if loc else "invalid request"
-        if first.get("type") == "json_invalid":
-            msg = f"invalid JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}"
+        if first.get("type") == "json_invalid":          # loc = ("body", character offset)
+            at = f" at character {loc[-1]}" if len(loc) > 1 else ""
+            msg = f"invalid JSON body{at}: {first.get('ctx', {}).get('error', first.get('msg'))}"
+            loc = loc[:1]
         body = ApiError(422 if first.get("type") != "json_invalid" else 400,
                         "bad_parameter" if first.get("type") != "json_invalid" else "invalid_json", msg,
                         parameter=loc[-1] if loc else None,
@@ -416,8 +497,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     app.add_middleware(SettleReads, state=state)            # reads see every batch admitted before them
     app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    app.batch_chain = BodyLimit(AuthAndCount(BatchRoute(_unreachable, ingest), state, auth), limits.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, read_timeout=limits.body_read_timeout_s)
+    app.batch_chain = BodyLimit(AuthAndCount(BatchRoute(_unreachable, ingest), state, auth), limits.max_body_bytes,
+                                limits.body_read_timeout_s)
 
     # -- overview ------------------------------------------------------------------------
     def _demo_status():
@@ -620,10 +702,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
                    "type": "object", "description": "{knob: value, ...}; all validated before any is set"}}}}})
     async def control_set(kind: str, name: str, request: Request):
         body = await read_body(request, limits.max_body_bytes)
-        try:
-            doc = json.loads(body) if body else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, "invalid_json", f"invalid JSON body: {getattr(exc, 'msg', exc)}") from None
+        doc = parse_json(body) if body else None
         return await run_in_threadpool(state.set_controls, kind, name, doc)
 
     # -- summaries ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
     sketchql serve [--host 127.0.0.1] [--port 8000] [--data-dir .sketchql-data | --in-memory] [--fresh]
                    [--token T ...] [--tokens-file F] [--public-read] [--insecure]
-                   [--summary-root DIR ...] [--max-time-jump S] [--result-buffer-rows N]
+                   [--summary-root DIR ...] [--max-time-jump S] [--body-read-timeout S] [--result-buffer-rows N]
                    [--checkpoint-every-tuples N] [--checkpoint-interval S]
                    [--checkpoint-replay-s S]
                    [--no-demo] [--seed 7] [--demo-speed 10] [--demo-tuples 200000] [--log-level info]
@@ -59,6 +59,8 @@ def _cmd_serve(args) -> int:
         return fail("--demo-speed must be > 0 and --demo-tuples >= 2")
     if args.result_buffer_rows < 1:
         return fail(f"--result-buffer-rows must be >= 1, got {args.result_buffer_rows}")
+    if args.body_read_timeout is not None and not args.body_read_timeout > 0:
+        return fail(f"--body-read-timeout must be > 0 seconds (or 'none'), got {args.body_read_timeout}")
     if args.max_time_jump is not None and not args.max_time_jump > 0:
         return fail(f"--max-time-jump must be > 0 seconds (or 'none'), got {args.max_time_jump}")
     try:
@@ -86,7 +88,8 @@ def _cmd_serve(args) -> int:
     limits = Limits(max_retained_rows=args.result_buffer_rows, max_time_jump=args.max_time_jump,
                     summary_roots=roots, max_sequence_wait_s=args.max_sequence_wait,
                     producer_window=args.producer_window, max_producers=args.max_producers,
-                    max_batches_per_request=args.max_batches_per_request)
+                    max_batches_per_request=args.max_batches_per_request,
+                    body_read_timeout_s=args.body_read_timeout)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
     try:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
@@ -138,6 +141,9 @@ def register(subparsers) -> None:
                    help="directory POST /summaries/load may read below (repeatable; none: loading is off)")
     p.add_argument("--max-time-jump", type=_jump, default=86_400.0, metavar="SECONDS",
                    help="refuse tuples more than this far ahead of their stream's clock (default 86400; 'none')")
+    p.add_argument("--body-read-timeout", type=_jump, default=30.0, metavar="SECONDS",
+                   help="answer 408 and close the connection when a request body stalls this long with no "
+                        "bytes arriving (default 30; 'none')")
     p.add_argument("--max-sequence-wait", type=float, default=10.0, metavar="SECONDS",
                    help="pipelined ingest: how long a producer's batch waits for the ones before it before a 409 "
                         "sequence_gap (default 10)")

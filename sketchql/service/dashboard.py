@@ -60,6 +60,7 @@ from ..control import ControlError, jsonable
 from ..errors import SketchQLError
 from .dashboard_data import HISTORY, DashboardFeed
 from .errors import ApiError
+from .jsonbody import parse_json
 
 STATIC = Path(__file__).with_name("static")
 #: seconds one SSE response stays open before the page reconnects
@@ -214,15 +215,14 @@ async def dashboard_events(request: Request):
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-@router.patch("/dashboard/api/control/{kind}/{name}")
+@router.patch("/dashboard/api/control/{kind}/{name}", openapi_extra={"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"type": "object", "minProperties": 1, "additionalProperties": True,
+                                    "description": "{knob: value, ...}; all validated before any is set"}}}}})
 async def dashboard_control(kind: str, name: str, request: Request):
     """Set knobs of one control table: ``{"knob": value, ...}``, all validated before any is applied."""
     if _service_control_route(request.app):
         raise ApiError(409, "use_service_route", f"use PATCH /control/{kind}/{name} (the service's own route)")
-    try:
-        doc = json.loads(await request.body() or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"invalid JSON body: {exc}") from None
+    doc = parse_json(await request.body() or b"null")
     if not isinstance(doc, dict) or not doc:
         raise ApiError(422, "bad_request", "the body must be a non-empty JSON object {\"knob\": value, ...}")
     st = request.app.state.sketchql

@@ -291,7 +291,7 @@ class DashboardFeed(BackgroundLoop):
             out.append({
                 "name": name, "clock": clock, "tuples_in": s.get("tuples_in"), "tuples_kept": s.get("tuples_kept"),
                 "batches": s.get("batches"), "heartbeats": s.get("heartbeats"),
-                "rejected_batches": s.get("rejected_batches"),
+                "rejected_batches": int(st.rejected_batches.get(name, 0)),
                 "rejected_rows": int(st.rejected_rows.get(name, 0)),
                 "late_rows": late, "late_source": late_src,
                 "memory_bytes": mem, "memory_source": mem_src,

@@ -108,14 +108,9 @@ def _check_rows(n: int, max_rows: int):
 
 
 def _loads(body: bytes, where: str):
-    try:
-        return json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, "invalid_json", f"stream {where}: invalid JSON at line {exc.lineno}, column "
-                       f"{exc.colno}: {exc.msg}", stream=where, line=exc.lineno, column=exc.colno) from None
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, "invalid_json", f"stream {where}: body is not UTF-8 ({exc.reason})", stream=where) \
-            from None
+    from .jsonbody import parse_json
+
+    return parse_json(body, f"stream {where}: ", stream=where)
 
 
 _ARROW_KIND = {"int": "int64", "float": "float64", "str": "string", "bool": "bool_"}
@@ -173,10 +168,17 @@ def _parse_ndjson(body: bytes, where: str):
             continue
         try:
             rows.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.reason
-            raise ApiError(400, "invalid_json", f"stream {where}: NDJSON line {i} is not valid JSON: {msg}",
-                           stream=where, line=i, row=len(rows)) from None
+        except (ValueError, RecursionError):       # incl. JSONDecodeError, UnicodeDecodeError, 4300-digit ints
+            from .jsonbody import parse_json
+            try:
+                parse_json(line)
+            except ApiError as exc:
+                col = exc.fields.get("column")
+                at = f" at column {col}" if col is not None else ""
+                msg = exc.message.split(": ", 1)[-1] if ": " in exc.message else exc.message
+                raise ApiError(400, "invalid_json", f"stream {where}: NDJSON line {i} is not valid JSON{at}: {msg}",
+                               stream=where, line=i, column=col, row=len(rows)) from None
+            raise                                   # pragma: no cover -- parse_json raises for what json.loads did
         lines.append(i)
     return rows, lines
 

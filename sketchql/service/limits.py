@@ -19,7 +19,10 @@ from typing import Optional
 class Limits:
     """Bounds on request sizes and on the resources a client can create.
 
-    * ``max_body_bytes``: request body (JSON / NDJSON) size, bytes;
+    * ``max_body_bytes``: request body (JSON / NDJSON) size, bytes; a declared larger
+      one is refused at once, a streamed (chunked) one cut at the limit -- 413 either way;
+    * ``body_read_timeout_s``: seconds a request body may stall (no bytes arriving)
+      before the request is answered 408 and its connection closed (None: no bound);
     * ``max_batch_rows``: rows in one pushed batch;
     * ``max_sql_chars``: length of a SQL text (DDL or query);
     * ``max_streams``: streams + tables declared;
@@ -51,6 +54,7 @@ class Limits:
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
+    body_read_timeout_s: Optional[float] = 30.0
     max_batch_rows: int = 100_000
     max_sql_chars: int = 10_000
     max_streams: int = 64

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections import defaultdict
@@ -57,7 +58,7 @@ from .summaries import SummaryRegistry, estimate as estimate_summary
 
 log = logging.getLogger("sketchql.service")
 
-_DDL = ("CreateStream", "CreateTable", "CreateSummary", "Drop")
+_DDL = ("CreateStream", "CreateTable", "CreateSummary", "Drop", "AlterStream")
 CONTRACT_KNOBS = ("error", "confidence", "budget", "on_miss")
 QUERY_STATE_KNOBS = ("weight", "active")
 BUDGET_KNOBS = ("memory_bytes", "cpu_units_per_s")
@@ -156,7 +157,7 @@ class ServiceState:
             return self._schema(name)
 
     def execute_ddl(self, sql: str) -> dict:
-        """Run CREATE STREAM / TABLE / SUMMARY and DROP STREAM / TABLE / SUMMARY statements."""
+        """Run CREATE STREAM / TABLE / SUMMARY, ALTER STREAM ... ADD CONSTRAINT and DROP STREAM / TABLE / SUMMARY."""
         from ..planner.parser import parse
 
         self.check_sql(sql)
@@ -172,7 +173,7 @@ class ServiceState:
                 if kind not in _DDL:
                     what = "POST /queries (or POST /explain)" if kind in ("Query", "Explain") else "another endpoint"
                     raise ApiError(400, "wrong_endpoint", f"{kind} statements are not accepted here; use {what} "
-                                   f"(this endpoint takes CREATE STREAM / TABLE / SUMMARY and DROP)",
+                                   f"(this endpoint takes CREATE STREAM / TABLE / SUMMARY, ALTER STREAM and DROP)",
                                    line=pos[0], column=pos[1])
                 if kind == "Drop" and s.kind == "query":
                     raise ApiError(400, "wrong_endpoint", "drop a query with DELETE /queries/{id}",
@@ -230,6 +231,8 @@ class ServiceState:
                 st = self.engine.stream(schema.name).stats()
                 out["stats"] = {k: jsonable(v) for k, v in st.items() if k != "knobs"}
                 out["stats"]["rejected_rows"] = self.rejected_rows[schema.name]
+                # the service's count (also /metrics): every refusal, incl. unparsable bodies and time jumps
+                out["stats"]["rejected_batches"] = self.rejected_batches[schema.name]
                 out["stats"]["rejected_rows_by_reason"] = {r: n for (s, r), n in self.rejected_by_reason.items()
                                                            if s == schema.name}
                 out["knobs"] = jsonable(st.get("knobs", {}))
@@ -610,7 +613,12 @@ class ServiceState:
                     self.engine.deregister(extra)
                 set_next_query_id(self.engine, nid)
                 if isinstance(exc, SketchQLError):
-                    raise from_exception(exc) from None
+                    err = from_exception(exc)
+                    # the engine's message may name the id the attempt had; it was never given (the next
+                    # registration gets it), so the message must not name it
+                    err.message = re.sub(r"\b[Qq]uery (\d+)\b",
+                                         lambda m: "the query" if int(m.group(1)) >= nid else m.group(0), err.message)
+                    raise err from None
                 log.exception("registration failed")
                 raise ApiError(500, "internal_error", f"registering the query failed inside the engine "
                                f"({type(exc).__name__}: {exc}); nothing was registered") from None
@@ -850,6 +858,8 @@ class ServiceState:
 
     def snapshot(self, qid: int, at, limit) -> dict:
         limit = self.check_limit(limit)
+        if at is not None and not math.isfinite(at):
+            raise ApiError(422, "bad_parameter", f"at must be finite, got {at}", parameter="at")
         with self.lock:
             q = self._query(qid)
             t = q.clock if at is None else float(at)
@@ -934,6 +944,12 @@ class ServiceState:
             return out
 
     def unload_summary(self, name: str) -> dict:
+        with self.lock:
+            live = None if name in self.summaries.entries else \
+                next((d.name for d in self.engine.catalog.summaries if d.name.lower() == name.lower()), None)
+        if live is not None:                    # a CREATE SUMMARY one: dropped as DROP SUMMARY drops it
+            self.execute_ddl(f"DROP SUMMARY {live}")
+            return {"ok": True, "deleted": live}
         with self.lock:
             self.summaries.unload(name)
             seq = self._log("summary_unload", {"name": name})

@@ -59,6 +59,9 @@ class SummaryRegistry:
         if not isinstance(path, str) or not path.strip():
             raise _bad_path("\"path\" must be a non-empty string (a summary store directory or a .sqs file)",
                             str(path))
+        bad = next((i for i, ch in enumerate(path) if ch == "\x00"), None)
+        if bad is not None:                    # the OS cannot take it (os.stat: "embedded null byte")
+            raise _bad_path(f"\"path\" contains a NUL character (at index {bad}); a file path cannot", path)
         if "://" in path and not path.startswith("file://"):
             raise ApiError(403, "forbidden_path", f"{path!r}: remote URIs cannot be loaded (only files below "
                            f"the configured summary roots)", path=path)
@@ -129,8 +132,8 @@ class SummaryRegistry:
         try:
             with open(os.path.join(real, "manifest.json"), "rb") as fh:
                 man = json.loads(fh.read().decode("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise _bad_path(f"{path!r}: unreadable manifest.json ({exc})", path) from None
+        except (OSError, ValueError, RecursionError) as exc:     # ValueError: also UnicodeDecodeError, 4300-digit ints
+            raise _bad_path(f"{path!r}: unreadable manifest.json ({type(exc).__name__}: {exc})"[:400], path) from None
         entries = man.get("summaries", {}) if isinstance(man, dict) else {}
         if not isinstance(entries, dict) or not entries:
             raise _bad_path(f"{path!r}: the summary store holds no summaries", path)
