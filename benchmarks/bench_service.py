@@ -54,8 +54,6 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    its ~3 MB of temporaries in again unless a live block happened to pin the top; the engine now keeps
    freed heap memory (``sketchql.engine.heap``), in the bench process and the server alike, and both
    take the fast mode.
-   ``--apply-on loop|thread`` passes the server's flag (:mod:`sketchql.service.applier`; the server's
-   default is the apply thread); with ``loop`` the event loop's CPU is printed less the applies'.
    Where the ~15 % of (apply + event loop CPU) over the in-process push goes (issue 12 follow-up,
    load 2-5, interleaved pairs): the service's push alone, single-threaded in one process (validated
    Arrow batch + result collection), costs what the in-process push costs (min 4.66 vs 4.79 ms; with
@@ -64,9 +62,13 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    meanwhile: 5.3-6.2 ms vs Arrow 4.7-5.3), and stays when the applies run on the event loop itself
    (no GIL handoffs: loop CPU / in-process CPU 1.09-1.20 vs 1.11-1.28 with the thread; paired server
    wall time loop/thread medians 0.86, 0.99, 1.00 over 10-12 pairs), so it is not the GIL handoffs.
-   Not kept, measured: pinning the apply thread and the event loop to one core each (paired wall
+   Measured and not kept: applying on the event loop (607f829, reverted: the Arrow ratio unchanged,
+   NDJSON ~6 % slower); pinning the apply thread and the event loop to one core each (paired wall
    1.19x, slower); a 4 MB flow-control window in uvicorn instead of 64 KB (same reads per request,
-   ~3x the body bytes copied; paired 0.99).
+   ~3x the body bytes copied; paired 0.99); a 5 ms GIL switch interval instead of 1 ms (ratio median
+   0.890 vs 0.968, 6 pairs).  Left: fewer copies of the ~1.2 MB request body (uvloop's bytes, the
+   join, SQLite's bind and WAL pages): a buffered receive protocol, batch segments in an append-only
+   file instead of SQLite blobs.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
@@ -289,8 +291,6 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3, help="requests in flight of the pipelined client")
     ap.add_argument("--per-request", type=int, default=PER_REQUEST,
                     help="batches per Arrow request (X-Arrow-Batches: each) of both Arrow ingest runs")
-    ap.add_argument("--apply-on", choices=["loop", "thread"], default=None,
-                    help="the server's --apply-on (default: the server's default, the event loop)")
     args = ap.parse_args(argv)
     # --quick: 50 batches (~15 s in all).  With 10, an Arrow run was 2 requests of 5 batches (~35 ms):
     # mostly the pipeline's fill (the first request's 5 batches arrive and are checked before the first
@@ -328,8 +328,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="sketchql-bench-")
     try:
         srv = Server(os.path.join(tmp, "data"), ["--checkpoint-every-tuples", str(10**12),
-                                                 "--checkpoint-interval", "1e9", "--checkpoint-replay-s", "0",
-                                                 *(["--apply-on", args.apply_on] if args.apply_on else [])])
+                                                 "--checkpoint-interval", "1e9", "--checkpoint-replay-s", "0"])
         c = srv.client
         acked = 0
         # -- Arrow / NDJSON / in-process, interleaved; best of --repeat each (the machine is shared) ----
@@ -359,14 +358,10 @@ def main(argv=None) -> int:
             assert lean.get(f"/streams/{stream}")["stats"]["tuples_in"] == n
             t = time.perf_counter() - t
             a1 = c.get("/health").json()["apply"]
-            applying = a1["busy_cpu_s"] - a0["busy_cpu_s"]
-            loop_cpu = thread_cpu(srv.proc.pid, srv.proc.pid) - l0
-            if a1.get("mode") == "loop":          # the loop applied the batches: its CPU less the applies
-                loop_cpu -= applying
             cpu[f"{key}_apply"].append(a1["busy_s"] - a0["busy_s"])
-            cpu[f"{key}_apply_cpu"].append(applying)
+            cpu[f"{key}_apply_cpu"].append(a1["busy_cpu_s"] - a0["busy_cpu_s"])
             cpu[f"{key}_srv"].append(proc_cpu(srv.proc.pid) - s0)
-            cpu[f"{key}_loop"].append(loop_cpu)
+            cpu[f"{key}_loop"].append(thread_cpu(srv.proc.pid, srv.proc.pid) - l0)
             cpu[f"{key}_cli"].append(time.process_time() - c0)
             return t
 
@@ -387,17 +382,14 @@ def main(argv=None) -> int:
                   f"Arrow: server {per['arrow_srv']:.1f} ms (all threads) + client {per['arrow_cli']:.1f} ms; "
                   f"NDJSON: server {per['nd_srv']:.1f} ms + client {per['nd_cli']:.1f} ms; sequential Arrow: server "
                   f"{per['seq_srv']:.1f} ms + client {per['seq_cli']:.1f} ms")
-            mode = c.get("/health").json()["apply"].get("mode", "thread")
-            print(f"server applies on the {'event loop' if mode == 'loop' else 'apply thread'}; "
-                  f"applying (engine push + result collection, wall) per batch, least of "
+            print(f"server apply thread (engine push + result collection, wall) per batch, least of "
                   f"{args.repeat}: Arrow {per['arrow_apply']:.1f} ms, NDJSON {per['nd_apply']:.1f} ms, "
                   f"sequential Arrow {per['seq_apply']:.1f} ms "
                   f"(in-process push {1000.0 * t_in / nb:.1f} ms wall); of which its CPU: Arrow "
                   f"{per['arrow_apply_cpu']:.1f} ms, NDJSON {per['nd_apply_cpu']:.1f} ms, sequential "
                   f"{per['seq_apply_cpu']:.1f} ms (the rest: waiting for the GIL, mostly behind the event loop, "
                   f"or for a core)")
-            print(f"server event loop CPU per batch besides applying (HTTP, parsing, admission checks, answers; "
-                  f"holds the GIL), "
+            print(f"server event loop CPU per batch (HTTP, parsing, admission checks, answers; holds the GIL), "
                   f"least of {args.repeat}: Arrow {per['arrow_loop']:.2f} ms, NDJSON {per['nd_loop']:.2f} ms, "
                   f"sequential Arrow {per['seq_loop']:.2f} ms; apply CPU + event loop CPU vs in-process CPU: "
                   f"Arrow {(per['arrow_apply_cpu'] + per['arrow_loop']) / per['in']:.2f}x "

@@ -6,8 +6,6 @@ mutations apply in log order, the queue is bounded, an apply error is reported a
 batches still queued loses none of them, and a checkpoint taken meanwhile includes them."""
 import logging
 import threading
-import time
-import types
 
 import numpy as np
 import pytest
@@ -36,8 +34,7 @@ def batch(k, ts):
 
 
 class Gate:
-    """Holds each item before its engine push until opened -- on the apply thread, or, with the items
-    applied on the event loop, as apply steps that yield until then (the loop keeps serving)."""
+    """Holds the apply thread before each engine push until opened."""
 
     def __init__(self, state):
         self.open_ = threading.Event()
@@ -46,12 +43,8 @@ class Gate:
 
         def gated(item):
             self.entered.set()
-            deadline = time.monotonic() + 30
-            while not self.open_.wait(0.002) and time.monotonic() < deadline:
-                yield
-            out = orig(item)
-            if isinstance(out, types.GeneratorType):
-                yield from out
+            self.open_.wait(30)
+            orig(item)
 
         state.applier._apply = gated
 
@@ -59,23 +52,14 @@ class Gate:
         self.open_.set()
 
 
-@pytest.fixture(params=["thread", "loop"], autouse=True)
-def apply_on(request, monkeypatch):
-    """Every test here runs with batches applied on the apply thread (the default) and on the event loop."""
-    monkeypatch.setattr(_app, "apply_on", request.param, raising=False)
-    return request.param
-
-
 def _app(tmp_path=None, **kw):
-    kw.setdefault("apply_on", getattr(_app, "apply_on", "thread"))
     app = create_app(demo=False, data_dir=None if tmp_path is None else str(tmp_path), sync=False, **kw)
     return app, app.state.sketchql
 
 
-def test_ack_before_apply_and_reads_wait_for_acknowledged_batches(apply_on):
+def test_ack_before_apply_and_reads_wait_for_acknowledged_batches():
     app, st = _app()
     with TestClient(app) as c:
-        assert st.applier.mode == apply_on and st.applier.status()["mode"] == apply_on
         c.post("/streams", json={"sql": "CREATE STREAM S (k INT) TIMESTAMP ts"}).raise_for_status()
         qid = c.post("/queries", json={"sql": "SELECT k FROM S [NOW]"}).json()["id"]
         gate = Gate(st)

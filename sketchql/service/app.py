@@ -385,7 +385,7 @@ def _docs_routes(app: FastAPI):
 def create_app(engine=None, demo: bool = True, limits: Limits | None = None, seed: int = 7,
                demo_options: dict | None = None, data_dir: str | None = None, fresh: bool = False,
                auth=None, checkpoint_every_tuples: int = 1_000_000, checkpoint_interval_s: float = 60.0,
-               sync: bool = True, checkpoint_max_replay_s: float = 2.0, apply_on: str = "thread") -> FastAPI:
+               sync: bool = True, checkpoint_max_replay_s: float = 2.0) -> FastAPI:
     """The service around ``engine`` (a new :class:`~sketchql.engine.Engine` by default).
 
     ``demo``: declare the demo streams/summaries/queries (or resume them from
@@ -395,8 +395,6 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     now; ``fresh``: wipe it first.  ``auth``: an :class:`~sketchql.service.auth.Auth`.
     ``checkpoint_every_tuples`` / ``checkpoint_interval_s`` / ``checkpoint_max_replay_s``: when
     the background checkpointer writes one (:class:`Checkpointer`).  ``sync=False`` skips fsync (tests of logic only).
-    ``apply_on``: where admitted batches are applied while the app runs -- ``"thread"`` (an apply thread)
-    or ``"loop"`` (the server's event loop, one push per iteration); see :mod:`sketchql.service.applier`.
     """
     from .durability import OpLog, wipe
 
@@ -418,7 +416,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         from .demo_glue import make_feeder
         feeder = make_feeder(state, seed=seed, options=demo_options)
     checkpointer = Checkpointer(state, checkpoint_every_tuples, checkpoint_interval_s, checkpoint_max_replay_s)
-    ingest = BatchIngest(state, limits, apply_on=apply_on)
+    ingest = BatchIngest(state, limits)
 
     @asynccontextmanager
     async def lifespan(app):

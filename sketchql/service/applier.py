@@ -3,25 +3,9 @@
 An HTTP batch is *admitted* (parsed, fully validated against the stream's
 clock including batches still queued, appended to the operation log) and
 acknowledged once its log record is fsynced; it is *applied* to the engine
-afterwards, in log order, while the next request is received, checked and
-logged and the log writer fsyncs.
-
-Where items are applied: by an apply thread (the default), or, with
-``sketchql serve --apply-on loop`` (:meth:`ApplyQueue.attach_loop`, done by the
-server at start), **on the server's event loop**, one engine push per loop
-iteration (each record batch of an ``X-Arrow-Batches: each`` request is a step
-of its own), with HTTP, admission and answers handled between the pushes.
-Measured with ``benchmarks/bench_service.py`` (pipelined Arrow, shared 2-core
-machine, load 2-5): the Arrow throughput is the same either way (paired server
-wall time loop/thread over 10-12 interleaved pairs: medians 0.86, 0.99, 1.00)
--- the engine's push holds the GIL for most of its time, so the thread never
-overlapped the loop much, and its CPU per batch is ~10 % above the in-process
-push in both modes (so the GIL handoffs are not what costs it); result reads
-during ingest are faster on the loop (p99 20-41 ms, once 68, vs 29-67 ms), NDJSON
-ingest ~6 % slower (its parse thread then competes with the loop itself).  On
-the loop, a push blocks the loop for its whole duration (a very large batch
-delays every answer meanwhile; the apply thread lets the loop in every switch
-interval), hence not the default.
+afterwards, by one apply thread, in log order.  So the next request's
+receive / parse / validate / log overlaps the previous batch's engine work
+(the server has two cores; a sequential client waits for each answer).
 
 Guarantees (the README's "Ingest semantics"):
 
@@ -29,9 +13,8 @@ Guarantees (the README's "Ingest semantics"):
   before the answer; the record is on disk, so it survives ``kill -9`` and is
   replayed on restart, in the same order the apply thread uses.
 * **In order.** Items are taken from the queue only under the engine lock,
-  by the loop's apply step, the apply thread or whoever takes
-  :class:`ExclusiveLock` (which first applies every queued item itself,
-  finishing one the loop has started), so the engine sees operations in log order.
+  by the apply thread or by whoever takes :class:`ExclusiveLock` (which first
+  applies every queued item itself), so the engine sees operations in log order.
 * **Read-your-writes.** ``with state.lock`` (every mutation and every read that
   locks) applies what is queued first; reads that do not lock await
   :meth:`ApplyQueue.when_applied` (the ``SettleReads`` middleware) -- a read
@@ -46,9 +29,7 @@ Guarantees (the README's "Ingest semantics"):
 
 Lock order: admission lock -> engine lock.  The apply thread takes only the
 engine lock, so holding the admission lock while waiting for queue space
-cannot deadlock; the loop's apply step only *tries* the engine lock (held
-elsewhere: that holder applies the queue, and the step looks again 1 ms later),
-so the event loop never blocks on it.
+cannot deadlock.
 
 >>> import threading
 >>> seen = []
@@ -65,23 +46,16 @@ import logging
 import threading
 import time
 from collections import deque
-from types import GeneratorType
 
 log = logging.getLogger("sketchql.service")
 
 
 class ApplyQueue:
-    """A bounded FIFO of admitted items applied in order under ``engine_lock`` -- on an event loop once
-    :meth:`attach_loop` was called, else by one apply thread (see module doc).
+    """A bounded FIFO of admitted items applied by one thread under ``engine_lock``.
 
     ``apply(item)``: applies one item (called with ``engine_lock`` held); an exception it raises is
     reported through ``on_error(item, exc)`` and kept in :attr:`errors`, never swallowed silently.
-    ``apply`` may return a generator: its code runs in steps, each ``yield`` ending one (the loop
-    applies one step per iteration; the thread and :meth:`apply_pending` run all steps at once); the
-    item counts as applied once its last step is done.
     """
-
-    RETRY_S = 0.001                         # the loop's next look when the engine lock was taken
 
     def __init__(self, engine_lock, apply, max_pending: int = 2, on_error=None, keep_errors: int = 100):
         if max_pending < 1:
@@ -106,29 +80,6 @@ class ApplyQueue:
         self.last_active = time.monotonic()  # when an item was last put or applied (see idle_for)
         self._thread = None
         self._closing = False
-        self._evloop = None                 # loop mode: the event loop that applies items (attach_loop)
-        self._evloop_thread = None          # ... and its thread's ident
-        self._scheduled = False             # an apply step is scheduled on that loop (under _cv)
-        self._current = None                # loop mode: (item, its step iterator) of an item started,
-                                            # not finished (engine lock held whenever it changes)
-
-    @property
-    def mode(self) -> str:
-        """``"loop"`` (items applied on the attached event loop) or ``"thread"`` (on the apply thread)."""
-        return "loop" if self._evloop is not None else "thread"
-
-    def attach_loop(self, loop) -> bool:
-        """Apply items on ``loop`` from now on (called on that loop's thread, before the first
-        :meth:`put`); True if attached.  Refused (False, items stay on the apply thread) once that
-        thread runs or after :meth:`close`."""
-        with self._cv:
-            if self._thread is not None or self._closing:
-                return False
-            self._evloop, self._evloop_thread = loop, threading.get_ident()
-            more = bool(self._items)
-        if more:
-            self._schedule()
-        return True
 
     # -- admission ----------------------------------------------------------------------
     def put(self, item, timeout: float = 600.0) -> int:
@@ -146,15 +97,11 @@ class ApplyQueue:
             self._items.append(item)
             self.admitted += 1
             self.last_active = time.monotonic()
-            number = self.admitted
-            on_loop = self._evloop is not None
-            if not on_loop and self._thread is None:
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="sketchql-apply", daemon=True)
                 self._thread.start()
             self._cv.notify_all()
-        if on_loop:
-            self._schedule()
-        return number
+            return self.admitted
 
     def acknowledged(self, number: int) -> None:
         """Item ``number`` was acknowledged to its client: reads arriving from now on wait for it."""
@@ -169,19 +116,12 @@ class ApplyQueue:
     def idle_for(self) -> float:
         """Seconds since the last item was put or applied; 0 while items wait."""
         with self._cv:
-            busy = self._items or self._current is not None
-            return 0.0 if busy else max(time.monotonic() - self.last_active, 0.0)
+            return 0.0 if self._items else max(time.monotonic() - self.last_active, 0.0)
 
     # -- applying -----------------------------------------------------------------------
     def apply_pending(self) -> int:
-        """Apply every queued item now, in order, on the calling thread (``engine_lock`` must be held):
-        first the rest of an item the loop has started, then the queue."""
+        """Apply every queued item now, in order, on the calling thread (``engine_lock`` must be held)."""
         n = 0
-        if self._current is not None:
-            item, steps = self._current
-            self._current = None
-            self._finish(item, steps)
-            n += 1
         while True:
             with self._cv:
                 if not self._items:
@@ -192,38 +132,21 @@ class ApplyQueue:
             n += 1
 
     def _run(self, item) -> None:
-        """Apply ``item`` whole (all its steps)."""
-        self._finish(item, None)
-
-    def _finish(self, item, steps) -> None:
-        """Run the remaining steps of ``item`` (all of them when ``steps`` is None), then mark it applied."""
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            if steps is None:
-                steps = self._apply(item)
-            if isinstance(steps, GeneratorType):
-                for _ in steps:
-                    pass
+            self._apply(item)
         except BaseException as exc:          # noqa: BLE001 -- reported, never lost
-            self._failed(item, exc)
+            self.error_count += 1
+            self.errors.append({"at": time.time(), "item": _describe(item), "error": f"{type(exc).__name__}: {exc}"})
+            log.error("sketchql: applying an acknowledged batch failed (%s): %s", _describe(item), exc,
+                      exc_info=exc)
+            if self._on_error is not None:
+                try:
+                    self._on_error(item, exc)
+                except Exception:             # pragma: no cover -- the error is logged above anyway
+                    log.exception("sketchql: apply error callback failed")
         self.busy_s += time.perf_counter() - t0
         self.busy_cpu_s += time.thread_time() - c0
-        self._applied()
-
-    def _failed(self, item, exc) -> None:
-        self.error_count += 1
-        self.errors.append({"at": time.time(), "item": _describe(item), "error": f"{type(exc).__name__}: {exc}"})
-        log.error("sketchql: applying an acknowledged batch failed (%s): %s", _describe(item), exc,
-                  exc_info=exc)
-        if self._on_error is not None:
-            try:
-                self._on_error(item, exc)
-            except Exception:             # pragma: no cover -- the error is logged above anyway
-                log.exception("sketchql: apply error callback failed")
-
-    def _applied(self) -> None:
-        """One more item applied: wake what waits for it (threads, event-loop futures)."""
-        on_loop = self._evloop_thread == threading.get_ident()
         with self._cv:
             self.applied += 1
             self.last_active = time.monotonic()
@@ -233,7 +156,10 @@ class ApplyQueue:
                 if done:
                     self._waiters = [w for w in self._waiters if w[0] > self.applied]
                     for _, loop, fut in done:
-                        _wake(loop, fut, on_loop and loop is self._evloop)
+                        try:
+                            loop.call_soon_threadsafe(_settle, fut)
+                        except RuntimeError:  # that loop is closed
+                            pass
 
     def _loop(self) -> None:
         while True:
@@ -253,81 +179,11 @@ class ApplyQueue:
         """Resolve the futures of :meth:`when_room` (under ``_cv``, after an item left the queue)."""
         if self._room and len(self._items) < self.max_pending:
             room, self._room = self._room, []
-            on_loop = self._evloop_thread == threading.get_ident()
             for loop, fut in room:
-                _wake(loop, fut, on_loop and loop is self._evloop)
-
-    # -- loop mode ----------------------------------------------------------------------
-    def _schedule(self, delay: float = 0.0) -> None:
-        """Schedule one apply step on the attached loop (at most one scheduled at a time)."""
-        with self._cv:
-            if self._scheduled or self._evloop is None:
-                return
-            self._scheduled = True
-            loop = self._evloop
-        try:
-            if delay:
-                loop.call_soon_threadsafe(loop.call_later, delay, self._step)
-            elif threading.get_ident() == self._evloop_thread:
-                loop.call_soon(self._step)
-            else:
-                loop.call_soon_threadsafe(self._step)
-        except RuntimeError:                  # the loop is closed: whoever takes the lock applies the queue
-            with self._cv:
-                self._scheduled = False
-
-    def _step(self) -> None:
-        """On the loop: one step -- the next step of the started item, or the first of the next item --
-        then schedule the next one while anything is left."""
-        with self._cv:
-            self._scheduled = False
-        if not self.engine_lock.acquire(blocking=False):
-            self._schedule(self.RETRY_S)      # a `with state.lock` elsewhere applies the queue itself
-            return
-        try:
-            self._advance()
-        finally:
-            self.engine_lock.release()
-        with self._cv:
-            more = self._current is not None or bool(self._items)
-        if more:
-            self._schedule()
-
-    def _advance(self) -> None:
-        """One step (engine lock held)."""
-        if self._current is None:
-            with self._cv:
-                if not self._items:
-                    return
-                item = self._items.popleft()
-                self._wake_room()
-            t0, c0 = time.perf_counter(), time.thread_time()
-            try:
-                steps = self._apply(item)     # a plain function applies it whole here
-            except BaseException as exc:      # noqa: BLE001 -- reported
-                self._failed(item, exc)
-                steps = None
-            self.busy_s += time.perf_counter() - t0
-            self.busy_cpu_s += time.thread_time() - c0
-            if not isinstance(steps, GeneratorType):
-                self._applied()
-                return
-            self._current = (item, steps)
-        item, steps = self._current
-        t0, c0 = time.perf_counter(), time.thread_time()
-        done = False
-        try:
-            next(steps)
-        except StopIteration:
-            done = True
-        except BaseException as exc:          # noqa: BLE001 -- reported
-            self._failed(item, exc)
-            done = True
-        self.busy_s += time.perf_counter() - t0
-        self.busy_cpu_s += time.thread_time() - c0
-        if done:
-            self._current = None
-            self._applied()
+                try:
+                    loop.call_soon_threadsafe(_settle, fut)
+                except RuntimeError:
+                    pass
 
     # -- waiting ------------------------------------------------------------------------
     def when_room(self, loop):
@@ -365,25 +221,20 @@ class ApplyQueue:
 
     def status(self) -> dict:
         with self._cv:
-            return {"mode": self.mode, "pending": len(self._items), "max_pending": self.max_pending,
-                    "admitted": self.admitted,
+            return {"pending": len(self._items), "max_pending": self.max_pending, "admitted": self.admitted,
                     "acknowledged": self.acked, "applied": self.applied, "errors": self.error_count, "busy_s": round(self.busy_s, 6),
                     "busy_cpu_s": round(self.busy_cpu_s, 6),
                     "admissions_waited": dict(self.busy),
                     "last_errors": list(self.errors)[-5:]}
 
     def close(self, timeout: float = 60.0) -> None:
-        """Apply what is queued, then stop the thread (loop mode: apply it here, now)."""
+        """Apply what is queued, then stop the thread."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
             th = self._thread
-            on_loop = self._evloop is not None
         if th is not None:
             th.join(timeout)
-        if on_loop:
-            with self.engine_lock:
-                self.apply_pending()
 
 
 class ExclusiveLock:
@@ -432,15 +283,3 @@ def _describe(item) -> str:
 def _settle(fut) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _wake(loop, fut, here: bool) -> None:
-    """Resolve ``fut`` of ``loop``: directly when called on that loop (``here``), else through
-    ``call_soon_threadsafe`` (a closed loop is skipped)."""
-    if here:
-        _settle(fut)
-        return
-    try:
-        loop.call_soon_threadsafe(_settle, fut)
-    except RuntimeError:                      # that loop is closed
-        pass

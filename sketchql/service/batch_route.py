@@ -77,12 +77,9 @@ class BatchIngest:
     :class:`~sketchql.service.limits.Limits` (``max_body_bytes``, ``max_batch_rows``).
     """
 
-    def __init__(self, state, limits, apply_on: str = "thread"):
-        if apply_on not in ("loop", "thread"):
-            raise ValueError(f"apply_on must be 'loop' or 'thread', got {apply_on!r}")
+    def __init__(self, state, limits):
         self.state = state
         self.limits = limits
-        self.apply_on = apply_on
         self._pool = None
         self._switch = None
 
@@ -92,14 +89,7 @@ class BatchIngest:
         return self._pool
 
     def start(self) -> None:
-        """At server start (on the event loop): admitted batches are applied on this loop when
-        ``apply_on="loop"`` (:meth:`ApplyQueue.attach_loop <sketchql.service.applier.ApplyQueue.attach_loop>`);
-        a shorter GIL switch interval (see ``SWITCH_INTERVAL_S``), restored by close."""
-        if self.apply_on == "loop":
-            try:
-                self.state.applier.attach_loop(asyncio.get_running_loop())
-            except RuntimeError:                # not on a loop: the apply thread it is
-                pass
+        """At server start: a shorter GIL switch interval (see ``SWITCH_INTERVAL_S``), restored by close."""
         if self._switch is None:
             self._switch = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))

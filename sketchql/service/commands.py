@@ -96,7 +96,7 @@ def _cmd_serve(args) -> int:
                          data_dir=data_dir, fresh=args.fresh, auth=auth,
                          checkpoint_every_tuples=args.checkpoint_every_tuples,
                          checkpoint_interval_s=args.checkpoint_interval,
-                         checkpoint_max_replay_s=args.checkpoint_replay_s, apply_on=args.apply_on)
+                         checkpoint_max_replay_s=args.checkpoint_replay_s)
     except DataDirError as exc:
         return fail(str(exc))
     where = f"http://{args.host}:{args.port}"
@@ -172,9 +172,6 @@ def register(subparsers) -> None:
                    help="total demo tuples; the feeder stops after them (default 200000)")
     p.add_argument("--switch-interval", type=float, default=0.001,
                    help="Python's thread switch interval in seconds while serving (default 0.001; Python's is 0.005)")
-    p.add_argument("--apply-on", choices=["loop", "thread"], default="thread",
-                   help="where acknowledged batches are applied to the engine: an apply thread (default) or "
-                        "the event loop, one push per iteration (see sketchql.service.applier)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(func=_cmd_serve)

@@ -455,23 +455,17 @@ class ServiceState:
             meta["producer"], meta["pseq"] = producer
         return self.store.append("push", meta, raw if raw is not None else encode_columns(columns), n)
 
-    def _apply_admitted(self, item):
-        """Apply one admitted item (engine lock held): a generator whose steps are its pushes -- a
-        group's batches one by one, each as if it had come alone (the apply queue runs one step per
-        event-loop iteration in loop mode, all at once otherwise)."""
+    def _apply_admitted(self, item) -> None:
+        """The apply thread's work for one admitted batch (engine lock held)."""
+        t0 = time.perf_counter()
         if isinstance(item, _AdmittedGroup):
-            for i, (b, _) in enumerate(item.batches):
-                if i:
-                    yield
-                t0 = time.perf_counter()
+            for b, _ in item.batches:             # each its own push, as if it had come alone
                 self.engine.push(item.stream, b, validated=True)
                 self._collect_all()
-                self.replay_cost_s += time.perf_counter() - t0
         else:
-            t0 = time.perf_counter()
             self.engine.push(item.stream, item.columns, validated=item.validated)
             self._collect_all()
-            self.replay_cost_s += time.perf_counter() - t0
+        self.replay_cost_s += time.perf_counter() - t0
 
     def _apply_failed(self, item, exc) -> None:
         self._count_reject(item.stream, item.n, "apply_error")
