@@ -146,6 +146,8 @@ class BodyLimit:
                         else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')[:40]!r}")
                     resp = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
                     return await resp(scope, receive, send)
+        if not has_body:                     # (no Content-Length and no Transfer-Encoding, or length 0)
+            return await self.app(scope, receive, send)
         seen, done, stopped, started = 0, False, None, False
         limit, timeout = self.limit, (self.read_timeout if has_body else None)   # no body: nothing to wait for
         # the read timeout: one watchdog timer per request (not one per chunk: ~1 us instead of ~6 us per
@@ -223,6 +225,10 @@ class BodyLimit:
         finally:
             if timer is not None:
                 timer.cancel()
+            # watchdog reschedules itself, so it is in its own closure: a reference cycle per request
+            # that only the cyclic GC would free (its full collections, with the engine's objects on
+            # the heap, showed as 15-20 ms more result-read p99 in bench_service)
+            watchdog = timer = task = None
         if stopped is not None and not started:
             await JSONResponse(stopped.body(), status_code=stopped.status,
                                headers={"Connection": "close"})(scope, receive, send)
