@@ -327,20 +327,25 @@ class SharedOperator:
         self._fresh: set = set()           # consumers that have not read a step yet
         self._last = None                  # (now, output) of the last step computed
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        # (snapshots written before _fresh / _last existed: no consumer is fresh, no step is known)
+        self.__dict__.setdefault("_fresh", set())
+        self.__dict__.setdefault("_last", None)
+
     def consumer(self) -> "SharedConsumer":
         self._ids += 1
         c = SharedConsumer(self, self._ids)
         self.positions[c.cid] = self.base + len(self.queue)
-        self.__dict__.setdefault("_fresh", set()).add(c.cid)
+        self._fresh.add(c.cid)
         return c
 
     def _read(self, cid: int, now: float, inputs):
         pos = self.positions[cid]
         end = self.base + len(self.queue)
-        fresh = self.__dict__.get("_fresh", set())
-        if cid in fresh:
-            fresh.discard(cid)
-            last = self.__dict__.get("_last")
+        if cid in self._fresh:
+            self._fresh.discard(cid)
+            last = self._last
             if pos >= end and last is not None and last[0] == now:
                 # A query registered after data takes its catch-up step at the streams' clock when it
                 # registers; a twin registered next (same epoch: no tuple in between, see attach) joins
