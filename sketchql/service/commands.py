@@ -113,7 +113,8 @@ def _cmd_serve(args) -> int:
     return 0
 
 
-def _jump(text: str):
+def _seconds_or_none(text: str):
+    """A seconds flag's value; 'none' / 'off' / 'inf': no bound."""
     if text.lower() in ("none", "off", "inf"):
         return None
     return float(text)
@@ -139,9 +140,9 @@ def register(subparsers) -> None:
                    help="allow a non-loopback --host without tokens (prints a warning)")
     p.add_argument("--summary-root", action="append", metavar="DIR",
                    help="directory POST /summaries/load may read below (repeatable; none: loading is off)")
-    p.add_argument("--max-time-jump", type=_jump, default=86_400.0, metavar="SECONDS",
+    p.add_argument("--max-time-jump", type=_seconds_or_none, default=86_400.0, metavar="SECONDS",
                    help="refuse tuples more than this far ahead of their stream's clock (default 86400; 'none')")
-    p.add_argument("--body-read-timeout", type=_jump, default=30.0, metavar="SECONDS",
+    p.add_argument("--body-read-timeout", type=_seconds_or_none, default=30.0, metavar="SECONDS",
                    help="answer 408 and close the connection when a request body stalls this long with no "
                         "bytes arriving (default 30; 'none')")
     p.add_argument("--max-sequence-wait", type=float, default=10.0, metavar="SECONDS",

@@ -28,6 +28,7 @@ import json
 import numpy as np
 
 from .errors import ApiError, limit_exceeded
+from .jsonbody import parse_json
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
 ARROW_TYPES = ("application/vnd.apache.arrow.stream",)
@@ -108,8 +109,6 @@ def _check_rows(n: int, max_rows: int):
 
 
 def _loads(body: bytes, where: str):
-    from .jsonbody import parse_json
-
     return parse_json(body, f"stream {where}: ", stream=where)
 
 
@@ -169,7 +168,6 @@ def _parse_ndjson(body: bytes, where: str):
         try:
             rows.append(json.loads(line))
         except (ValueError, RecursionError):       # incl. JSONDecodeError, UnicodeDecodeError, 4300-digit ints
-            from .jsonbody import parse_json
             try:
                 parse_json(line)
             except ApiError as exc:
