@@ -516,15 +516,18 @@ def t4_breakdown(s1, s2, step=5.0):
     (v1, t1), (v2, t2) = s1, s2
     ing, ref_c, ref_s, prb, ker, outs = [], [], [], [], [], []
     a2 = 0
-    orig = kernels.probe_kview
+    origs = {name: getattr(kernels, name) for name in ("probe_kview", "probe_packed")}
     spent = []
 
-    def timed_probe_kview(*a):
-        t0 = time.perf_counter()
-        r = orig(*a)
-        spent.append(time.perf_counter() - t0)
-        return r
-    kernels.probe_kview = timed_probe_kview
+    def timed(f):
+        def call(*a):
+            t0 = time.perf_counter()
+            r = f(*a)
+            spent.append(time.perf_counter() - t0)
+            return r
+        return call
+    for name, f in origs.items():
+        setattr(kernels, name, timed(f))
     try:
         for hi in np.arange(step, t2[-1] + step, step):
             b2 = int(np.searchsorted(t2, hi, side="right"))
@@ -547,13 +550,13 @@ def t4_breakdown(s1, s2, step=5.0):
                 (ref_s if structural else ref_c).append(t2_ - t1_)
             a2 = b2
     finally:
-        kernels.probe_kview = orig
+        for name, f in origs.items():
+            setattr(kernels, name, f)
     # fixed cost of one kernel call (argument unboxing), warm, no probes
     kv, buf = ix._kernel_view(), ix._kbuf.sets[0]
     e = np.zeros(0)
-    args = (0.5, 1.0, np.zeros(0, dtype=np.int64), ix._hash_params(), *buf.hash_arrays(0, ix._d), e, e,
-            *kv.args, *buf.outs)
-    call = min(_timeit(lambda: kernels.probe_kview(*args)) for _ in range(5))
+    args = (0.5, 1.0, np.zeros(0, dtype=np.int64), e, e, kv.vd, buf.bd, kv._hd, 1.0, 0.0)
+    call = min(_timeit(lambda: kernels.probe_packed(*args)) for _ in range(5))
     n = len(prb)
     us = lambda x: 1e6 * float(np.sum(x)) / n
     return {"ingest": us(ing), "refresh_common": us(ref_c), "refresh_structural": us(ref_s),

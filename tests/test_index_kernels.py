@@ -416,7 +416,8 @@ def test_kernels_release_the_gil_and_threaded_indexes_equal_sequential():
     from sketchql.index import cellscan
     entry = ("_hash_into", "probe_kview", "_match_regions", "seg_append", "seg_relayout", "pyramid_ranges",
              "scan_window_emit", "row_norms_into", "row_median_into", "thresholds", "concat_perm", "refresh_f2",
-             "refresh_gran", "adaptive_checks", "sketch_add")
+             "refresh_gran", "adaptive_checks", "sketch_add", "probe_packed", "refresh_hot_packed", "pack_view",
+             "pack_bufs", "pack_hot")
     for name in entry:
         assert getattr(kernels, name).targetoptions.get("nogil") is True, name
     compiled = [f for f in vars(cellscan).values() if hasattr(f, "targetoptions")]

@@ -58,8 +58,8 @@ def test_incremental_view_equals_a_fresh_one_after_every_ingest(structure, laten
     if lateness:                       # accepted out-of-order tuples: appends to zones other than the hot one
         t = t + rng.uniform(-lateness * 0.9, 0, len(t)) * (rng.random(len(t)) < 0.1)
     fast = []
-    orig = kernels.refresh_hot
-    monkeypatch.setattr(kernels, "refresh_hot", lambda *a: (fast.append(1), orig(*a))[1])
+    orig = kernels.refresh_hot_packed
+    monkeypatch.setattr(kernels, "refresh_hot_packed", lambda *a: (fast.append(1), orig(*a))[1])
     decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
     ix = StreamIndex(decl, IndexConfig(structure=structure, n_buckets=8, w=16, check_every=32,
                                        allowed_lateness=lateness))

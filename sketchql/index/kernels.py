@@ -81,7 +81,8 @@ import sys
 import numba
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 ENABLED = os.environ.get("SKETCHQL_NO_NUMBA", "") in ("", "0")
 
@@ -521,6 +522,150 @@ def probe_kview(min_est, sigma, keys, hp, bucket, idx, sgn, tf, tt,
     return nr, nm, visited, flat, work
 
 
+# -- packed arguments -----------------------------------------------------------------------------
+# numba's dispatcher types and unboxes every argument at every call: ~45 ns per array argument warm,
+# about twice that after an ingest (cold caches), i.e. ~5 us per probe call with probe_kview's 41
+# arguments.  The arrays a view or a buffer set binds change only when they are reallocated, so
+# their addresses and sizes are written once into an int64 *descriptor* (:func:`pack_view`,
+# :func:`pack_bufs`, :func:`pack_hot`) and the per-call entry points (:func:`probe_packed`,
+# :func:`refresh_hot_packed`) rebuild the arrays from it inside compiled code (``numba.carray``: no
+# copy).  The owner of a descriptor keeps references to the arrays it describes (KernelView.args,
+# ProbeBuffers, KernelView._fast) and packs again whenever it replaces one of them.
+
+#: view descriptor (:func:`pack_view`): array slots (address at 2 i, size at 2 i + 1), then scalars
+_V_STORE, _V_F2, _V_LO, _V_HI, _V_PARENT, _V_LEAF, _V_GSTART, _V_CSTART, _V_CLEN, _V_VC, _V_TC, _V_RC, _V_HV, \
+    _V_HT, _V_HR, _V_HSTART, _V_HP = range(17)
+_V_SKETCH, _V_W, _V_BDW, _V_DW, _V_B, _V_HOTK, _V_F2C = range(40, 47)
+VIEW_DESC = 48
+#: buffer descriptor (:func:`pack_bufs`)
+_B_RP, _B_RK, _B_REST, _B_REND, _B_MP, _B_MV, _B_MT, _B_MR, _B_CT, _B_CR, _B_BUCKET, _B_IDX, _B_SGN = range(13)
+_B_D, _B_HCAP = 30, 31
+BUF_DESC = 32
+#: hot-refresh descriptor (:func:`pack_hot`)
+_H_LOL, _H_HIL, _H_CLEN, _H_COUNT, _H_LO, _H_HI, _H_STORE, _H_RN, _H_ND, _H_FS, _H_F2, _H_F2V = range(12)
+_H_SLOT, _H_SKETCH, _H_N, _H_B, _H_D, _H_W = range(24, 30)
+HOT_DESC = 32
+
+
+@intrinsic
+def _voidptr(typingctx, addr):
+    """An integer address as a ``void*`` (for ``numba.carray``)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return types.voidptr(addr), codegen
+
+
+@numba.njit(cache=True, inline="always")
+def _put(desc, i, a):
+    """Slot i of ``desc`` := (address, size) of the C-contiguous array ``a``."""
+    if not a.flags.c_contiguous:
+        raise ValueError("packed arrays must be C-contiguous")
+    desc[2 * i] = a.ctypes.data
+    desc[2 * i + 1] = a.size
+
+
+@numba.njit(cache=True, inline="always")
+def _vec(desc, i, dtype):
+    """The 1-D array of slot i (no copy)."""
+    return numba.carray(_voidptr(desc[2 * i]), desc[2 * i + 1], dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_view(vd, sketch, store, F2, wcols, bdw, dw, lo, hi, parent, leaf, gstart, B, cstart, clen,
+              Vc, Tc, Rc, hot_k, HV, HT, HR, hstart, hp):
+    """Write the view arguments of :func:`probe_kview` (``KernelView.args``) and the fused hash
+    parameters ``hp`` into the view descriptor ``vd`` (int64, ``VIEW_DESC``; ``wcols`` must be an
+    integer)."""
+    _put(vd, _V_STORE, store)
+    _put(vd, _V_F2, F2)
+    _put(vd, _V_LO, lo)
+    _put(vd, _V_HI, hi)
+    _put(vd, _V_PARENT, parent)
+    _put(vd, _V_LEAF, leaf)
+    _put(vd, _V_GSTART, gstart)
+    _put(vd, _V_CSTART, cstart)
+    _put(vd, _V_CLEN, clen)
+    _put(vd, _V_VC, Vc)
+    _put(vd, _V_TC, Tc)
+    _put(vd, _V_RC, Rc)
+    _put(vd, _V_HV, HV)
+    _put(vd, _V_HT, HT)
+    _put(vd, _V_HR, HR)
+    _put(vd, _V_HSTART, hstart)
+    _put(vd, _V_HP, hp)
+    vd[_V_SKETCH] = 1 if sketch else 0
+    vd[_V_W] = np.int64(wcols)
+    vd[_V_BDW] = bdw
+    vd[_V_DW] = dw
+    vd[_V_B] = B
+    vd[_V_HOTK] = hot_k
+    vd[_V_F2C] = F2.shape[1]
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_arena(vd, hot_k, HV, HT, HR, hstart):
+    """Update only the hot leaf and its arena's arrays in the view descriptor ``vd`` (what changes when the
+    arena is laid out again or another leaf becomes the hot one: 6 arguments instead of :func:`pack_view`'s
+    24, whose unboxing after an ingest costs ~5 us)."""
+    vd[_V_HOTK] = hot_k
+    _put(vd, _V_HV, HV)
+    _put(vd, _V_HT, HT)
+    _put(vd, _V_HR, HR)
+    _put(vd, _V_HSTART, hstart)
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_bufs(bd, rp, rk, rest, rend, mp, mv, mt, mr, ct, cr, bucket, idx, sgn):
+    """Write a :class:`ProbeBuffers` set's arrays (its ``outs`` and hash scratch) into ``bd``."""
+    _put(bd, _B_RP, rp)
+    _put(bd, _B_RK, rk)
+    _put(bd, _B_REST, rest)
+    _put(bd, _B_REND, rend)
+    _put(bd, _B_MP, mp)
+    _put(bd, _B_MV, mv)
+    _put(bd, _B_MT, mt)
+    _put(bd, _B_MR, mr)
+    _put(bd, _B_CT, ct)
+    _put(bd, _B_CR, cr)
+    _put(bd, _B_BUCKET, bucket)
+    _put(bd, _B_IDX, idx)
+    _put(bd, _B_SGN, sgn)
+    bd[_B_D] = idx.shape[0]
+    bd[_B_HCAP] = idx.shape[1]
+
+
+@numba.njit(cache=True, nogil=True)
+def probe_packed(min_est, sigma, keys, tf, tt, vd, bd, hd, t_min, t_max):
+    """:func:`probe_kview` with the view's and the buffers' arrays taken from their descriptors
+    (:func:`pack_view`, :func:`pack_bufs`): the same computation and outputs, 10 arguments to unbox
+    instead of 41.  The stored values, the match values and the keys share ``keys.dtype``.  When
+    ``t_min <= t_max`` the view's pending hot refresh (``refresh_hot_packed(hd, t_min, t_max)``,
+    ``KernelView.refresh_fast(defer=True)``) is applied first: one dispatch instead of two."""
+    if t_min <= t_max:
+        refresh_hot_packed(hd, t_min, t_max)
+    vt = keys.dtype
+    N = vd[2 * _V_LO + 1]
+    d = bd[_B_D]
+    hc = bd[_B_HCAP]
+    idx = numba.carray(_voidptr(bd[2 * _B_IDX]), (d, hc), np.int64)
+    sgn = numba.carray(_voidptr(bd[2 * _B_SGN]), (d, hc), np.int64)
+    F2 = numba.carray(_voidptr(vd[2 * _V_F2]), (N, vd[_V_F2C]), np.float64)
+    return probe_kview(min_est, sigma, keys, _vec(vd, _V_HP, np.uint64), _vec(bd, _B_BUCKET, np.int64), idx, sgn,
+                       tf, tt, vd[_V_SKETCH] != 0, _vec(vd, _V_STORE, np.int64), F2, np.float64(vd[_V_W]),
+                       vd[_V_BDW], vd[_V_DW], _vec(vd, _V_LO, np.float64), _vec(vd, _V_HI, np.float64),
+                       _vec(vd, _V_PARENT, np.int64), _vec(vd, _V_LEAF, np.bool_), _vec(vd, _V_GSTART, np.int64),
+                       vd[_V_B], _vec(vd, _V_CSTART, np.int64), _vec(vd, _V_CLEN, np.int64), _vec(vd, _V_VC, vt),
+                       _vec(vd, _V_TC, np.float64), _vec(vd, _V_RC, np.int64), vd[_V_HOTK], _vec(vd, _V_HV, vt),
+                       _vec(vd, _V_HT, np.float64), _vec(vd, _V_HR, np.int64), _vec(vd, _V_HSTART, np.int64),
+                       _vec(bd, _B_RP, np.int64), _vec(bd, _B_RK, np.int64), _vec(bd, _B_REST, np.float64),
+                       _vec(bd, _B_REND, np.int64), _vec(bd, _B_MP, np.int64), _vec(bd, _B_MV, vt),
+                       _vec(bd, _B_MT, np.float64), _vec(bd, _B_MR, np.int64), _vec(bd, _B_CT, np.float64),
+                       _vec(bd, _B_CR, np.int64))
+
+
 @numba.njit(cache=True, nogil=True)
 def seg_append(V, T, R, start, room, count, v, t, r, b):
     """Append tuples (arrival order) to a per-bucket segmented arena: tuple i goes to
@@ -666,19 +811,25 @@ class ProbeBuffers:
 
     def __init__(self, regions: int = 256, matches: int = 1024, vdtype=np.int64):
         self.vdtype = np.dtype(vdtype)
+        self.bd = np.zeros(BUF_DESC, dtype=np.int64)      # descriptor of the arrays below (pack_bufs)
+        self._hash = (-1, -1, _NO_HASH_ARRAYS)
         self.alloc(regions, matches)
-        self._hash = (-1, -1, None)
 
     def hash_arrays(self, P: int, d: int):
         """(bucket, idx (d, cap), sgn (d, cap)) int64 scratch arrays with cap >= P columns (the first P
         are filled by the kernel; zeros when never written), reused while P fits and d repeats."""
         cap, dd, arrs = self._hash
-        if dd != d or cap < P:
-            cap = max(P, 2 * cap if dd == d else 0, 16)
+        if dd != d or cap < P:              # (1.5x: batches of a steady stream vary by a few percent)
+            cap = max(P + P // 2, 2 * cap if dd == d else 0, 16)
             arrs = (np.zeros(cap, dtype=np.int64), np.zeros((d, cap), dtype=np.int64),
                     np.zeros((d, cap), dtype=np.int64))
             self._hash = (cap, d, arrs)
+            self._pack()
         return arrs
+
+    def _pack(self) -> None:
+        """Write the current arrays into the descriptor ``bd`` (after any of them was replaced)."""
+        pack_bufs(self.bd, *self.outs, *self._hash[2])
 
     def alloc(self, regions: int, matches: int) -> None:
         """(Re)allocate: region arrays, and the five match arrays as views of *one* block
@@ -687,28 +838,29 @@ class ProbeBuffers:
         self.rp = np.empty(regions, dtype=np.int64)
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
-        self.rend = np.empty(regions, dtype=np.int64)
-        fields = (("mp", np.dtype(np.int64)), ("mv", self.vdtype),
-                  ("mt", np.dtype(np.float64)), ("mr", np.dtype(np.int64)),
-                  ("ct", np.dtype(np.float64)), ("cr", np.dtype(np.int64)))
+        i8, f8 = np.dtype(np.int64), np.dtype(np.float64)
+        # (rend is in the block too: a result borrows it with the matches, see BufferPool.take5)
+        fields = (("mp", i8, matches), ("mv", self.vdtype, matches), ("mt", f8, matches), ("mr", i8, matches),
+                  ("ct", f8, matches), ("cr", i8, matches), ("rend", i8, regions))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
         # are powers of two, and streams written in lockstep at addresses equal modulo a large power
         # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output
         # instead of 1.8)
-        sizes = [-(-matches * t.itemsize // 64) * 64 + _STAGGER for _, t in fields]
+        sizes = [-(-n * t.itemsize // 64) * 64 + _STAGGER for _, t, n in fields]
         blk = _block(sum(sizes))
         o = 0
-        for (name, t), sz in zip(fields, sizes):
-            setattr(self, name, blk[o:o + matches * t.itemsize].view(t))
+        for (name, t, n), sz in zip(fields, sizes):
+            setattr(self, name, blk[o:o + n * t.itemsize].view(t))
             o += sz
         self._owner = blk if blk.base is None else blk.base                   # what every view refers to
         del blk
         self.outs = (self.rp, self.rk, self.rest, self.rend, self.mp, self.mv, self.mt, self.mr, self.ct, self.cr)
+        self._pack()
         self._refs = self._refcounts()
 
     @property
     def nbytes(self) -> int:
-        arrs = self.outs + (self._hash[2] or ())        # (the used arrays: a huge-page block's slack is virtual)
+        arrs = self.outs + (self._hash[2] if self._hash[0] >= 0 else ())  # (a huge-page block's slack is virtual)
         return sum(a.nbytes for a in arrs)
 
     def holds(self, a) -> bool:
@@ -767,7 +919,7 @@ class BufferPool:
         """A set no live result holds, with room for the matches of ~P probes (last call's rate)."""
         b = None
         for s in self.sets:
-            if not s.lent():
+            if sys.getrefcount(s._owner) == s._refs:        # (not s.lent(), inlined)
                 b = s
                 break
         if b is None:
@@ -808,7 +960,17 @@ class BufferPool:
             return b.mp[:nm], b.mv[:nm], b.mt[:nm], b.mr[:nm]
         return b.mp[:nm].copy(), b.mv[:nm].copy(), b.mt[:nm].copy(), b.mr[:nm].copy()
 
+    def take5(self, b: ProbeBuffers, nm: int, nr: int, P: int):
+        """``take4(b, nm, P)`` and the region ends ``rend[:nr]``: lent with the matches (a view of the
+        same block, no copy), copied with them."""
+        self.rate = nm / P
+        if nm >= self.MIN_LEND and 16 * nm >= len(b.mp):
+            return b.mp[:nm], b.mv[:nm], b.mt[:nm], b.mr[:nm], b.rend[:nr]
+        return b.mp[:nm].copy(), b.mv[:nm].copy(), b.mt[:nm].copy(), b.mr[:nm].copy(), b.rend[:nr].copy()
 
+
+#: placeholder hash scratch of a set whose hash arrays were never asked for (0 columns)
+_NO_HASH_ARRAYS = (np.zeros(0, dtype=np.int64), np.zeros((1, 0), dtype=np.int64), np.zeros((1, 0), dtype=np.int64))
 _HUGE = 1 << 21          # transparent huge page
 _STAGGER = 37 * 64       # bytes between consecutive match arrays beyond their size (see ProbeBuffers.alloc)
 
@@ -982,6 +1144,42 @@ def refresh_hot(lo_leaf, hi_leaf, slot, t_min, t_max, clen, count, sketch, lo, h
 
 
 @numba.njit(cache=True, nogil=True)
+def pack_hot(hd, lo_leaf, hi_leaf, slot, clen, count, sketch, lo, hi, store, rownorm, norm_dirty, f2_stale, f2, F2):
+    """Write :func:`refresh_hot`'s bound arguments (all but ``t_min``/``t_max``) into ``hd``
+    (int64, ``HOT_DESC``); ``store`` (n, B, d, w), ``rownorm`` (n, B, d), ``f2``/``F2`` (n, B)."""
+    _put(hd, _H_LOL, lo_leaf)
+    _put(hd, _H_HIL, hi_leaf)
+    _put(hd, _H_CLEN, clen)
+    _put(hd, _H_COUNT, count)
+    _put(hd, _H_LO, lo)
+    _put(hd, _H_HI, hi)
+    _put(hd, _H_STORE, store)
+    _put(hd, _H_RN, rownorm)
+    _put(hd, _H_ND, norm_dirty)
+    _put(hd, _H_FS, f2_stale)
+    _put(hd, _H_F2, f2)
+    _put(hd, _H_F2V, F2)
+    hd[_H_SLOT] = slot
+    hd[_H_SKETCH] = 1 if sketch else 0
+    hd[_H_N], hd[_H_B], hd[_H_D], hd[_H_W] = store.shape[0], store.shape[1], store.shape[2], store.shape[3]
+
+
+@numba.njit(cache=True, nogil=True)
+def refresh_hot_packed(hd, t_min, t_max):
+    """:func:`refresh_hot` with its bound arguments taken from the descriptor ``hd`` (:func:`pack_hot`)."""
+    n, B, d, w = hd[_H_N], hd[_H_B], hd[_H_D], hd[_H_W]
+    nf = hd[2 * _H_F2 + 1] // B
+    store = numba.carray(_voidptr(hd[2 * _H_STORE]), (n, B, d, w), np.int64)
+    rownorm = numba.carray(_voidptr(hd[2 * _H_RN]), (n, B, d), np.int64)
+    f2 = numba.carray(_voidptr(hd[2 * _H_F2]), (nf, B), np.float64)
+    F2 = numba.carray(_voidptr(hd[2 * _H_F2V]), (hd[2 * _H_F2V + 1] // B, B), np.float64)
+    refresh_hot(_vec(hd, _H_LOL, np.float64), _vec(hd, _H_HIL, np.float64), hd[_H_SLOT], t_min, t_max,
+                _vec(hd, _H_CLEN, np.int64), _vec(hd, _H_COUNT, np.int64), hd[_H_SKETCH] != 0,
+                _vec(hd, _H_LO, np.float64), _vec(hd, _H_HI, np.float64), store, rownorm,
+                _vec(hd, _H_ND, np.bool_), _vec(hd, _H_FS, np.bool_), f2, F2)
+
+
+@numba.njit(cache=True, nogil=True)
 def csr_append(Vc, Tc, Rc, base, v, t, r, offsets, cstart, clen):
     """Append a zone's tuples (cell order, ``offsets`` (B + 1,)) to the view's cold CSR at ``base``
     (room checked by the caller) and point its cells there: ``cstart[b] = base + offsets[b]``,
@@ -1051,6 +1249,15 @@ def warm_up() -> None:
                     np.array([0, 1], dtype=np.int64), 1, z, z, V, f, z, -1, V, f, z, z)
         scan_window(V, f, V, f, f)
         scan_k(ProbeBuffers(1, 1, V.dtype), V, f, z, V, f, f)
+        vd = np.zeros(VIEW_DESC, dtype=np.int64)
+        buf = ProbeBuffers(1, 1, V.dtype)
+        buf.hash_arrays(1, 2)
+        view = (z, np.zeros((1, 1)), 1.0, 1, 1, f, f, z - 1, np.ones(1, dtype=np.bool_), np.array([0, 1], dtype=np.int64),
+                1, z, z, V, f, z, -1, V, f, z, z, np.zeros(0, dtype=np.uint64))      # (alive while vd is used)
+        for sk in (True, False):
+            pack_view(vd, sk, *view)
+            pack_arena(vd, -1, V, f, z, z)
+            probe_packed(0.5, 1.0, V[:0], f[:0], f[:0], vd, buf.bd, vd, 1.0, 0.0)
     pyramid_ranges(f, f, f.copy(), f.copy())
     row_median_into(np.zeros((1, 1, 3), dtype=np.int64), z, np.zeros((1, 1)))
     row_norms_into(np.zeros((1, 1, 1, 2), dtype=np.int64), z, np.zeros((1, 1, 1), dtype=np.int64))
@@ -1062,6 +1269,13 @@ def warm_up() -> None:
         refresh_hot(f.copy(), f.copy(), 0, 0.0, 1.0, z.copy(), z, sk, f.copy(), f.copy(),
                     np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64),
                     np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
+    hd = np.zeros(HOT_DESC, dtype=np.int64)
+    tabs = (f.copy(), f.copy(), 0, z.copy(), z)
+    tabs2 = (f.copy(), f.copy(), np.zeros((1, 1, 3, 2), dtype=np.int64), np.zeros((1, 1, 3), dtype=np.int64),
+             np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
+    for sk in (True, False):
+        pack_hot(hd, *tabs, sk, *tabs2)
+        refresh_hot_packed(hd, 0.0, 1.0)
     for V in (z, f):
         csr_append(V.copy(), f.copy(), z.copy(), 0, V, f, z, np.array([0, 1], dtype=np.int64), z.copy(), z.copy())
     add_dense(np.zeros((1, 1, 1, 2), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(),

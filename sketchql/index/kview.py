@@ -57,6 +57,10 @@ from . import kernels
 _INF = np.inf
 _NO_ARENA = {}           # vdtype -> empty placeholder arena (no hot leaf)
 _NOT_HELD = (None, None, 0)
+_NO_HP = np.zeros(0, dtype=np.uint64)
+_NO_STORE = np.zeros(1, dtype=np.int64)
+_ARRAY_SLOTS = (1, 2, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16)    # KernelView.args: the view's arrays (not the arena's)
+_SCALAR_SLOTS = (0, 3, 4, 5, 11)
 _NO_TABS = (np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), np.zeros(1, dtype=bool),
             np.zeros(1, dtype=bool), np.zeros((1, 1)))        # refresh_hot's sketch arguments without sketches
 
@@ -178,9 +182,13 @@ class KernelView:
         self.hot_ok = False
         self.hot_zone = None                                  # the Zone object of the hot arena
         self.args = None                                      # probe_kview's view arguments (set by refresh)
+        self.vd = np.zeros(kernels.VIEW_DESC, dtype=np.int64)  # the same, packed (kernels.pack_view)
+        self._hp = None                                       # the hash parameters packed in vd
+        self._hd = np.zeros(kernels.HOT_DESC, dtype=np.int64)  # refresh_fast's bound arguments, packed
         self.usable = True                                    # False once a zone holds values of another dtype
         self.key_types = {}                                   # keys dtype -> comparable with the values?
         self._fast = None                                     # what refresh_fast needs (set by refresh)
+        self.pending = None                                   # a deferred hot refresh (refresh_fast)
         if self.vdtype not in _NO_ARENA:
             _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype)
 
@@ -267,6 +275,7 @@ class KernelView:
 
     def refresh(self, ix) -> None:
         """Bring the view up to date with the index (cheap when only the hot zone grew)."""
+        self.flush()
         g1 = ix.grans[0]
         hz = None
         la = g1.last_append
@@ -347,41 +356,70 @@ class KernelView:
                 tabs = (g1.store, g1.rownorm, g1._norm_dirty, g1._f2_stale, g1._f2)
             else:
                 tabs = _NO_TABS
-            self._fast = (g1, hz, self.seen_s, tuple([g.version for g in ix.grans[1:]]),
-                          (self.leaf_lo[0], self.leaf_hi[0], hz.slot), self.clen[k * B:(k + 1) * B],
-                          (self.sketch, self.lo[o:o + n], self.hi[o:o + n]) + tabs + (self.F2[o:o + n],))
+            bound = (self.leaf_lo[0], self.leaf_hi[0], hz.slot, self.clen[k * B:(k + 1) * B], self.hot.count,
+                     self.sketch, self.lo[o:o + n], self.hi[o:o + n]) + tabs + (self.F2[o:o + n],)
+            kernels.pack_hot(self._hd, *bound)
+            self._fast = (g1, hz, self.seen_s, tuple([g.version for g in ix.grans[1:]]), self.hot.count, bound)
 
-    def refresh_fast(self, ix, state) -> bool:
+    def flush(self) -> None:
+        """Apply a deferred hot refresh (``pending``, see :meth:`refresh_fast`)."""
+        if self.pending is not None:
+            kernels.refresh_hot_packed(self._hd, *self.pending)
+            self.pending = None
+
+    def refresh_fast(self, ix, state, defer: bool = False) -> bool:
         """:meth:`refresh` when only G1's hot zone received tuples since the last refresh (``state``: the
         granularities' versions now): one compiled call (:func:`kernels.refresh_hot`: the hot leaf's range
         and cell lengths, G1's node ranges and F2) on arguments bound at the last full refresh, instead of
-        the per-granularity walk.  False (nothing done) when anything else changed."""
+        the per-granularity walk.  False (nothing done) when anything else changed.
+
+        ``defer=True``: the compiled call is left to the probe kernel that follows (``pending`` = its
+        ``(t_min, t_max)``; :func:`kernels.probe_packed` applies it first, saving a dispatch), and
+        until then the view is *not* up to date: whoever reads it otherwise calls :meth:`flush`
+        first (``StreamIndex._kernel_view`` does).  ``refresh_hot`` recomputes from the current
+        state, so a later refresh supersedes a pending one."""
         f = self._fast
         if f is None:
             return False
-        g1, hz, sig, rest, leaf, clen, tabs = f
+        g1, hz, sig, rest, count, _ = f          # (f[5]: the arrays packed in _hd, kept alive here)
         h = self.hot
         if (state[1:] != rest or g1.last_append != hz.id or g1.sversion != sig[0] or g1.append_switches != sig[1]
-                or h is None or h.zid != hz.id or not self.hot_ok or h.n != hz.n or not self.usable
-                or ix.grans[0] is not g1 or g1.slots[hz.slot] is not hz):
+                or h is None or h.count is not count or h.zid != hz.id or not self.hot_ok or h.n != hz.n
+                or not self.usable or ix.grans[0] is not g1 or g1.slots[hz.slot] is not hz):
             return False
-        kernels.refresh_hot(*leaf, hz.min_ts, hz.max_ts, clen, h.count, *tabs)
+        if defer:                                             # the probe kernel applies it (kernels.probe_packed)
+            self.pending = (hz.min_ts, hz.max_ts)
+        else:
+            kernels.refresh_hot_packed(self._hd, hz.min_ts, hz.max_ts)
+            self.pending = None
         self.seen[0] = state[0]
         a = self.args
         if a[18] is not h.V or a[21] is not h.start:          # the arena grew
             self.args = a[:18] + (h.V, h.T, h.R, h.start)
+            kernels.pack_arena(self.vd, a[17], h.V, h.T, h.R, h.start)
         return True
 
     def _set_args(self, ix, h) -> None:
+        old = self.args
         if self.sketch:
             Bs, d, w = ix._shape
-            store = ix._gbuf.reshape(-1)
+            g = ix._gbuf
+            store = old[1] if old is not None and old[1].base is g else g.reshape(-1)
+            hp = ix._hash_params()
         else:
             Bs, d, w = 1, 1, 1
-            store = np.zeros(1, dtype=np.int64)
-        self.args = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
-                     self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
-                     self.hot_k, h.V, h.T, h.R, h.start)
+            store, hp = _NO_STORE, None
+        hp = _NO_HP if hp is None else hp
+        self.args = a = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
+                         self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
+                         self.hot_k, h.V, h.T, h.R, h.start)
+        # packed (vd: kernels.pack_view); at most structural refreshes only the hot leaf (and its arena) changed
+        if (old is not None and hp is self._hp and all([old[i] == a[i] for i in _SCALAR_SLOTS])
+                and all([old[i] is a[i] for i in _ARRAY_SLOTS])):
+            kernels.pack_arena(self.vd, self.hot_k, h.V, h.T, h.R, h.start)
+        else:
+            self._hp = hp                                       # (kept alive: vd points to it)
+            kernels.pack_view(self.vd, *a, hp)
 
     def _garbage(self, ix) -> bool:
         if self.nc > 2 * self.live_cold + 4096:               # garbage of dropped zones: rebuild the CSR

@@ -339,14 +339,18 @@ class QuerySide:
                                               h._mult[:, 0]]).astype(np.uint64)
         return hp
 
-    def _kernel_view(self):
+    def _kernel_view(self, defer: bool = False):
         """The compiled path's :class:`~sketchql.index.kview.KernelView`, refreshed (None when the
-        stored values are not int64/float64 or the index is empty)."""
+        stored values are not int64/float64 or the index is empty).  ``defer=True``: a refresh of the
+        hot zone alone may be left pending (``kv.pending``) for the caller's
+        :func:`kernels.probe_packed` to apply (see ``KernelView.refresh_fast``)."""
         kv = self._kview
         state = tuple([g.version for g in self.grans])
         if kv is not None and state == self._kstate:          # nothing changed since the last refresh
+            if kv.pending is not None and not defer:
+                kv.flush()
             return kv
-        if kv is not None and kv.refresh_fast(self, state):   # only G1's hot zone grew
+        if kv is not None and kv.refresh_fast(self, state, defer):   # only G1's hot zone grew
             self._kstate = state
             return kv
         sver = tuple([g.sversion for g in self.grans])
@@ -373,13 +377,14 @@ class QuerySide:
         P = len(keys)
         if P == 0 or self._vdtype is None:
             return None
-        kv = self._kernel_view()
+        kv = self._kernel_view(defer=not with_regions)
         if kv is None:
             return None
         ok = kv.key_types.get(keys.dtype)
         if ok is None:
             ok = kv.key_types[keys.dtype] = kernels.comparable(kv.vdtype, keys.dtype) == kv.vdtype
         if not ok:
+            kv.flush()
             return None
         kc = keys if keys.dtype == kv.vdtype and keys.flags.c_contiguous else \
             np.ascontiguousarray(keys, dtype=kv.vdtype)
@@ -396,12 +401,25 @@ class QuerySide:
         else:
             bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
         cfg = self.config
-        # one call with the outputs appended (kernels.probe_k's loop only when they were too small:
-        # its extra frame and argument tuple cost ~1 us per call)
-        args = (float(cfg.min_estimate), float(cfg.prune_sigma), kc, hp, bucket, idx, sgn, tf, tt, *kv.args)
-        nr, nm, visited, flat, work = kernels.probe_kview(*args, *buf.outs)
-        if nr > len(buf.rp) or nm > len(buf.mp):
-            nr, nm, visited, flat, work = kernels.probe_k(buf, *args)
+        min_est, sigma = float(cfg.min_estimate), float(cfg.prune_sigma)
+        if hp is not _NO_HASH or not self._sketch:
+            # the view and the buffers packed (kernels.probe_packed: ~10 arguments to unbox instead of 41),
+            # and a pending refresh of the hot zone applied by the same call
+            pend = kv.pending
+            if pend is None:
+                nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
+                                                                   kv._hd, 1.0, 0.0)
+            else:
+                nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
+                                                                   kv._hd, *pend)
+                kv.pending = None
+        else:
+            kv.flush()
+            nr, nm, visited, flat, work = kernels.probe_kview(min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
+                                                              *kv.args, *buf.outs)
+        if nr > len(buf.rp) or nm > len(buf.mp):       # (kernels.probe_k's loop only when they were too small)
+            nr, nm, visited, flat, work = kernels.probe_k(buf, min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
+                                                          *kv.args)
         c = self.counters
         c["nodes_visited"] += visited
         c["tuples_compared"] += work
@@ -410,8 +428,8 @@ class QuerySide:
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
             est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        mp, mv, mt, mr = self._kbuf.take4(buf, nm, P)
-        return Matches(mp, mv, mt, mr, work=work, regions=regions, visited=visited, region_ends=buf.rend[:nr].copy())
+        mp, mv, mt, mr, rend = self._kbuf.take5(buf, nm, nr, P)
+        return Matches(mp, mv, mt, mr, work, None, regions, visited, rend)
 
     def _pool(self, vdtype) -> "kernels.BufferPool":
         """The index's recycled output arrays (:class:`kernels.BufferPool`) for stored values of ``vdtype``."""
