@@ -55,3 +55,12 @@ def test_replay_unlimited_budget_matches_the_exact_join(capsys):
     arr = interleave(generate_stores(2, duration=20.0, mean_interarrival=0.05, seed=2))
     n_exact = len(exact_join_pairs(arr, 60.0)[0])
     assert rows["PT-Join desc"][0] == n_exact and rows["SIMPLE-SHJ"][0] == n_exact
+
+
+def test_python_dash_m_runs_the_same_cli():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "sketchql", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "serve" in out.stdout and "replay" in out.stdout
