@@ -122,3 +122,39 @@ def test_rate_meter_is_unbiased_for_batches_of_any_size():
         for t0 in np.arange(0, 60, batch):
             m.add(ts[(ts >= t0) & (ts < t0 + batch)])
         assert abs(m.rate() / 100.0 - 1) < 0.02, (batch, m.rate())
+
+
+def test_rate_meter_running_sum_matches_a_recount_and_old_checkpoints():
+    """rate() keeps a running sum of the rows in its horizon; a brute-force recount over every
+    batch seen (rows of batches that ended within the horizon) must give the same rate, and a
+    meter pickled before the running sum existed must restore it."""
+    import pickle
+
+    from sketchql.engine.precision import RateMeter
+
+    def recount(first, batches, horizon):
+        last = max(t1 for t1, _ in batches)
+        kept = [(t1, n) for t1, n in batches if t1 > last - horizon]
+        if len(kept) >= 2 and last > kept[0][0]:
+            return (sum(n for _, n in kept) - kept[0][1]) / (last - kept[0][0])
+        return sum(n for _, n in kept) / max(min(horizon, last - first), 1e-9)
+
+    rng = np.random.default_rng(5)
+    m, seen, t, checked = RateMeter(horizon=2.0), [], 0.0, 0
+    for _ in range(400):
+        n = int(rng.integers(1, 50))
+        ts = t + np.sort(rng.uniform(0, rng.choice([0.01, 0.3, 3.0]), n))
+        t = float(ts[-1])
+        first = float(ts[0]) if not seen else first
+        m.add(ts)
+        seen.append((t, n))
+        if t > first:
+            ref = recount(first, seen, 2.0)
+            assert abs(m.rate() - ref) <= 1e-9 * max(1.0, ref), (len(seen), m.rate(), ref)
+            checked += 1
+    assert checked > 350
+    state = dict(m.__dict__)
+    del state["_in_q"]                    # as written by a build without the running sum
+    old = RateMeter.__new__(RateMeter)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert old.rate() == m.rate()

@@ -64,6 +64,7 @@ class RateMeter:
     def __init__(self, horizon: float = 10.0):
         self.horizon = float(horizon)
         self._q: deque = deque()
+        self._in_q = 0                      # sum of the rows in _q, kept so rate() is O(1)
         self.first = None
         self.last = -math.inf
         self.total = 0
@@ -77,8 +78,14 @@ class RateMeter:
         self.last = max(self.last, t1)
         self.total += len(ts)
         self._q.append((t1, len(ts)))
+        self._in_q += len(ts)
         while self._q and self._q[0][0] <= self.last - self.horizon:
-            self._q.popleft()
+            self._in_q -= self._q.popleft()[1]
+
+    def __setstate__(self, state: dict):
+        self.__dict__.update(state)
+        if "_in_q" not in state:            # a checkpoint written before the running sum
+            self._in_q = sum(n for _, n in self._q)
 
     def rate(self) -> Optional[float]:
         if self.first is None or self.last <= self.first:
@@ -86,9 +93,9 @@ class RateMeter:
         if len(self._q) >= 2 and self.last > self._q[0][0]:
             # rows that arrived in (end of the oldest batch kept, last]: the oldest batch began
             # before the horizon, so counting it over the horizon overstated the rate
-            return (sum(n for _, n in self._q) - self._q[0][1]) / (self.last - self._q[0][0])
+            return (self._in_q - self._q[0][1]) / (self.last - self._q[0][0])
         span = min(self.horizon, self.last - self.first)
-        return sum(n for _, n in self._q) / max(span, 1e-9)
+        return self._in_q / max(span, 1e-9)
 
 
 def _row_bytes(b: Batch) -> float:
