@@ -109,19 +109,8 @@ def _cmd_serve(args) -> int:
     sys.setswitchinterval(args.switch_interval)
     # full collections stalled every thread for 20-100 ms (the p99 of result reads): see gcpolicy
     gcpolicy.install()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                **_http_protocol(limits.max_body_bytes, limits.body_read_timeout_s))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
-
-
-def _http_protocol(max_body: int, read_timeout) -> dict:
-    """uvicorn's ``http`` option: the protocol that hands bounded bodies over whole
-    (:mod:`sketchql.service.httpproto`) where httptools is installed, else uvicorn's default."""
-    try:
-        from .httpproto import whole_body_protocol
-    except ImportError:
-        return {}
-    return {"http": whole_body_protocol(max_body, read_timeout)}
 
 
 def _seconds_or_none(text: str):
