@@ -66,9 +66,27 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    NDJSON ~6 % slower); pinning the apply thread and the event loop to one core each (paired wall
    1.19x, slower); a 4 MB flow-control window in uvicorn instead of 64 KB (same reads per request,
    ~3x the body bytes copied; paired 0.99); a 5 ms GIL switch interval instead of 1 ms (ratio median
-   0.890 vs 0.968, 6 pairs).  Left: fewer copies of the ~1.2 MB request body (uvloop's bytes, the
-   join, SQLite's bind and WAL pages): a buffered receive protocol, batch segments in an append-only
-   file instead of SQLite blobs.
+   0.890 vs 0.968, 6 pairs).
+   Follow-up 2 (helper hG; load 1-4 from other benchmarks, so wall-clock pairs are noise-bound):
+   the server is now warmed up before timing like the in-process engine -- its first pushes loaded the
+   compiled kernels and its first requests imported the HTTP path inside Arrow's rep 0 (apply CPU 7.7 vs
+   5.0-5.1 ms per batch later; 5.2 with the warm-up), so Arrow's best of 3 had been a best of 2.  Whether
+   copies matter (the push loop alone vs with another process, or thread, doing a request's non-apply
+   work every 25 ms: 1.2 MB copies, pyarrow parse, SQLite blob insert + fsync; medians of 10 pairs of push
+   CPU per batch): none 4.90 / process 5.24 / thread 5.27 ms, and in a second run none 5.00 / copies 5.06 /
+   SQLite 5.23 / a 2 ms busy spin 5.16 / wake-ups only 5.16; the other core 100 % busy costs +7 % (spin)
+   to +9 % (memcpy).  So machine interference at the server's duty cycle is a few per cent, like any
+   work on the other core, not the copies: the append-only segment log was not built.  GIL hand-offs
+   (the push on a thread, another thread holding the GIL 8 % of the time): wall +9.5 % in 400 bursts,
+   +7 % in 42 -- the wall cost is the other thread's GIL time, the number of hand-offs adds 2-3 %.  The
+   apply thread is not migrated (0-0.08 per batch) and is preempted 1.4-2.4 times per batch (load 1.7);
+   a 50-batch run's wall minus the apply's busy time (pipeline fill + drain) is ~7 ms (2 %).
+   Measured and not kept: a uvicorn protocol handing a body of known length to the app in one message
+   (ec377c7, reverted in 40f1a55): no 64 KiB pause/resume (strace, 40 requests: 306-336 io_uring_enter -> 0),
+   event loop CPU 0.48 -> 0.44 ms per batch, but paired wall new/base 1.012 over 30 pairs (13/30 faster).
+   Also measured: each idle stream + query in the engine costs the push ~0.03 ms (in-process, 0 / 4 / 10
+   extra: 4.72 / 4.82 / 5.04 ms; the allocator's tick 8.5 -> 35 us of it); the server's Arrow run r has
+   1 + 3r (warm-up stream W, earlier runs' streams).
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
@@ -340,6 +358,16 @@ def main(argv=None) -> int:
 
         lean = LeanClient(srv.port)
         pipe = PipelinedClient(srv.port, args.depth)
+        # warm-up, as the in-process engine had one (above): the server's first pushes load the engine's
+        # compiled kernels and its first requests import the HTTP path's modules -- without it, the first
+        # Arrow run paid both (rep 0 measured 7.5 vs 4.5 ms per batch) and Arrow's best of --repeat was a
+        # best of one fewer run than the in-process side's (NDJSON and sequential ran after it, warm)
+        c.post("/streams", json={"sql": DDL.format(s="W")}).raise_for_status()
+        c.post("/queries", json={"sql": QUERY.format(s="W")}).raise_for_status()
+        warm = [{k: v[i:i + 10] for k, v in data[0].items()} for i in (0, 10, 20)]
+        acked += pipe.send("/streams/W/batches", arrow_bodies(warm[:2], 2), "application/vnd.apache.arrow.stream",
+                           {"x-arrow-batches": "each"})
+        acked += lean.post("/streams/W/batches", ndjson_body(warm[2]), "application/x-ndjson")["accepted"]
 
         def http_run(stream, bodies, ctype, key, headers=None) -> float:
             nonlocal acked
@@ -486,7 +514,7 @@ def main(argv=None) -> int:
         srv = Server(os.path.join(tmp, "data"))
         t_restart = time.perf_counter() - t_restart
         rec = srv.health["recovery"]
-        names = [f"{p}{i}" for p in "ANQ" for i in range(args.repeat)] + ["R", "E"]
+        names = [f"{p}{i}" for p in "ANQ" for i in range(args.repeat)] + ["R", "E", "W"]
         st = {s: srv.client.get(f"/streams/{s}").json()["stats"]["tuples_in"] for s in names}
         back = sum(st.values())
         lost = max(acked - back, 0)
