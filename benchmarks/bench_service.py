@@ -86,7 +86,8 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    event loop CPU 0.48 -> 0.44 ms per batch, but paired wall new/base 1.012 over 30 pairs (13/30 faster).
    Also measured: each idle stream + query in the engine costs the push ~0.03 ms (in-process, 0 / 4 / 10
    extra: 4.72 / 4.82 / 5.04 ms; the allocator's tick 8.5 -> 35 us of it); the server's Arrow run r has
-   1 + 3r (warm-up stream W, earlier runs' streams).
+   1 + 3r (warm-up stream W, earlier runs' streams); the in-process run of rep r now holds as many
+   other streams (with their queries and a few rows), both sides alike (lead, after follow-up 2).
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
@@ -333,8 +334,14 @@ def main(argv=None) -> int:
            "arrow_apply": [], "nd_apply": [], "seq_apply": [],       # wall s the apply thread spent applying
            "arrow_apply_cpu": [], "nd_apply_cpu": [], "seq_apply_cpu": []}     # ... and its CPU s in that
 
-    def inprocess() -> float:
+    def inprocess(idle: int = 0) -> float:
         e = Engine(seed=7)
+        # as many other streams (each with its query and a few rows) as the server's engine holds when
+        # the Arrow run it is compared with starts: each costs every push ~0.01-0.03 ms of dispatch
+        for i in range(idle):
+            e.execute(DDL.format(s=f"I{i}"))
+            e.register(QUERY.format(s=f"I{i}"))
+            e.push(f"I{i}", {k: v[:10] for k, v in data[0].items()})
         e.execute(DDL.format(s="S"))
         e.register(QUERY.format(s="S"))
         t, c0 = time.perf_counter(), time.process_time()
@@ -394,7 +401,7 @@ def main(argv=None) -> int:
             return t
 
         for rep in range(args.repeat):
-            t_in.append(inprocess())
+            t_in.append(inprocess(idle=1 + 3 * rep))     # the server's W and the earlier reps' A, N, Q
             t_arrow.append(http_run(f"A{rep}", a_bodies, "application/vnd.apache.arrow.stream", "arrow", a_headers))
             t_nd.append(http_run(f"N{rep}", nd_bodies, "application/x-ndjson", "nd"))
             t_seq.append(http_run(f"Q{rep}", a_bodies, "application/vnd.apache.arrow.stream", "seq", a_headers))
