@@ -349,6 +349,47 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   in ~10 pieces of 1-3 us, the structural refresh's Python ~30 us once per G1 period, the
   dispatch's ~5 us in situ (a packed structref would save ~2-3); the kernel's in-situ excess over
   its warm time (~40 us per call) is machine state, not work the index does.
+  Eighth follow-up (hF; in situ = the bench's 6k sequence -- both ingests, timed call, warm repeat --
+  per-batch minima summed over the 6 --quick calls, 12-18 runs, variants compiled alike and alternated
+  in one process; whole --quick runs interleaved with a worktree of 8ef0222; scripts in /tmp/hF):
+  (18) the compiled probe takes the view's and the buffer set's arrays from int64 descriptors
+  (``kernels.probe_packed``: addresses and sizes written by ``pack_view``/``pack_arena``/``pack_bufs``
+  whenever an array is replaced, ``numba.carray`` inside; the owners keep the arrays alive): 10
+  arguments to unbox instead of 41; the hot-zone refresh of ``KernelView.refresh_fast`` is deferred
+  into that same call (``defer=True``: one dispatch instead of two; any other reader of the view
+  flushes it first), so the refresh of a batch where only the open zone grew went from 8-10 to ~3 us
+  in situ; the region ends are lent with the matches instead of copied; the hash scratch keeps 1.5x
+  headroom (its one regrow per run cost ~8 us in a timed call).  The old and new Python paths
+  alternated: probe call sums 1077 -> 1036 and 1149 -> 1077 us (load 1.8-2.9).  (19) a shared run's
+  window is copied and filled in one loop (ts, row id, probe, value), an unshared region's two
+  constant columns in one fill: in-situ kernel sums 819/829/837/838/839 (three copies of the old
+  kernel compiled alike, and two runs) -> 770/778/793 us, warm unchanged (~1.1-1.3 ns per output
+  both): after the ingests the branch predictor does not know the regions' lengths, and each short
+  loop's exit mispredicts once per region (~740 regions per call); the warm repeat of the same batch
+  knows them.  This is also where much of the in-situ excess over the warm kernel comes from:
+  data-dependent branches per region and per descent node that the warm repeat has learned.
+  Measured, not kept: an int32 probe column (28 bytes per match instead of 32: in-situ kernel 791 ->
+  765 us, ~3%; but ``Matches.probe`` would differ in dtype from the numpy path's int64, which the
+  tests require to be identical -- left to a decision on the API); every key a group (singletons
+  through the branch-free shared scan: 815/825 -> 852); branch-free region emission in the descent
+  (826/851 -> 890); copies in blocks of 8 with overshoot (warm 1.22 -> 1.92 ns per output: numba's
+  loop over uint64 blocks did not vectorize).  Where in situ time is now (per 6 calls, load ~3, the
+  kernel split by variants of it): whole calls ~1076 us = kernel ~852 (dispatch and the deferred hot
+  refresh ~31, hashing + key groups + descent ~256, matching and writing ~565) + Python around it and
+  the view's structural refresh ~175-225 (the Python is ~16 us per call in ~10 pieces of 0.5-2 us,
+  the structural refresh 75-100 us once per G1 period: its compiled parts -- cold CSR append, F2 of
+  the collapsed granularities -- ~25, the rest Python and dispatches).  The 41-argument dispatch
+  measured as a no-op kernel was ~4.8 us per call in situ.  The floor: the warm kernel on the last
+  batch is ~1.2 ns per output (descent ~0.5, matching ~0.7) and writing the outputs alone c_emit
+  ~0.95; in situ the same kernel takes ~2.1 -- against T1 scan's ~14-15 ns per output, a T4 paying
+  only its in-situ kernel would be at ~6.8x, only its warm kernel ~12x.
+  Bench after (18)-(19), --quick interleaved with 8ef0222: load 2.3-2.8 (after (18) alone)
+  t_hit_ratio_6k 4.57/4.42/4.79/4.98 -> 5.00/5.03/5.16/5.18, default stream 1.19/1.24/1.19/1.22 ->
+  1.28/1.35/1.28/1.28; with (19), load 2.8-3.2: 4.43/4.92/4.27 -> 5.57/9.04/5.20 (the 9.04: T1
+  scan's calls preempted), default stream 1.04/1.03/0.99 -> 1.17/1.29/1.09; load 3.3-5.0, where the
+  wall ratio swings 1.8-10.4, in CPU time 4.49/3.83/4.02/4.70/4.70/4.81 -> 4.27/4.65/5.03/5.24/5.94/5.07.
+  60k and T4's ingest unchanged within their noise.  5x at 6k: reached in the quieter runs (T4 ~2.6
+  ns per output against T1 scan ~14), not with a margin that survives a load of 4-5.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"

@@ -27,6 +27,10 @@ same computation in a few loops over an incrementally maintained view
   region, cell order), same ``visited`` / ``flat`` / ``work`` counters; only
   unreached nodes are never estimated.  With ``sketch=False`` (structure
   T1, no summaries) every overlapping non-empty zone is a region.
+- :func:`probe_packed`: the entry point the index calls: :func:`probe_kview` with the view's and
+  the output buffers' arrays read from int64 descriptors (:func:`pack_view`, :func:`pack_arena`,
+  :func:`pack_bufs`) instead of passed one by one (numba unboxes every argument at every call),
+  and a deferred hot-zone refresh (:func:`refresh_hot_packed`) applied first.
 - :func:`scan_window`: the raw-window join of structure T1 (paper Figure 9):
   the window's tuples sorted by time, per probe a binary search of
   ``(t_from, t_to]`` and a linear comparison of the values in it
