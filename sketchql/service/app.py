@@ -62,7 +62,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import List, Optional
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -81,6 +81,7 @@ from .ingest import ARROW_TYPES, NDJSON_TYPES
 from .jsonbody import BodyError, JsonRoute, parse_json
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
+from .producers import parse_headers
 from .sse import result_events
 from .state import ServiceState
 from .summaries import parse_value
@@ -123,10 +124,11 @@ class BodyLimit:
     no bound).  Either way the request is answered with that error (whatever the route made of the
     exception) and ``Connection: close``, since the rest of the body is never read."""
 
-    def __init__(self, app, limit: int, read_timeout: float | None = None):
+    def __init__(self, app, limit: int, read_timeout: float | None = None, on_refuse=None):
         self.app = app
         self.limit = int(limit)
         self.read_timeout = read_timeout
+        self.on_refuse = on_refuse      # called with the scope of a request refused here (before routing)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -145,6 +147,8 @@ class BodyLimit:
                     err = limit_exceeded(413, "max_body_bytes", size, self.limit, "request body (bytes)") if size >= 0 \
                         else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')[:40]!r}")
                     resp = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
+                    if self.on_refuse is not None:
+                        self.on_refuse(scope)
                     return await resp(scope, receive, send)
         if not has_body:                     # (no Content-Length and no Transfer-Encoding, or length 0)
             return await self.app(scope, receive, send)
@@ -501,9 +505,25 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     app.add_middleware(SettleReads, state=state)            # reads see every batch admitted before them
     app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, read_timeout=limits.body_read_timeout_s)
+    def refused_before_routing(scope):
+        """A pipelined batch refused by BodyLimit (declared body too large) before its producer's turn:
+        its waiting successors fail fast (``Producers.refuse``), if the request may write at all."""
+        if BatchRoute.match(scope) is None:
+            return
+        h = {k: v.decode("latin-1") for k, v in scope.get("headers", ()) if k in (b"x-producer-id", b"x-producer-seq")}
+        try:
+            producer = parse_headers(h.get(b"x-producer-id"), h.get(b"x-producer-seq"))
+            if producer is not None and auth is not None and auth.enabled:
+                auth.check(Request(scope))
+        except ApiError:
+            return
+        if producer is not None:
+            state.producers.refuse(*producer)
+
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, read_timeout=limits.body_read_timeout_s,
+                       on_refuse=refused_before_routing)
     app.batch_chain = BodyLimit(AuthAndCount(BatchRoute(_unreachable, ingest), state, auth), limits.max_body_bytes,
-                                limits.body_read_timeout_s)
+                                limits.body_read_timeout_s, on_refuse=refused_before_routing)
 
     # -- overview ------------------------------------------------------------------------
     def _demo_status():
@@ -569,8 +589,11 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         return state.list_streams()
 
     @app.post("/streams", status_code=201, tags=["streams"], response_model=M.DdlReceipt, responses=_ERR)
-    async def create_stream(body: M.Sql):
-        return await run_in_threadpool(state.execute_ddl, body.sql)
+    async def create_stream(body: M.Sql, response: Response):
+        out = await run_in_threadpool(state.execute_ddl, body.sql)
+        if out["dropped"] and not out["created"]:
+            response.status_code = 200        # DROP only: nothing created
+        return out
 
     @app.get("/streams/{name}", tags=["streams"], responses=_ERR)
     def get_stream(name: str):

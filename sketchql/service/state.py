@@ -89,7 +89,7 @@ class ServiceState:
         self._admit_clock: dict = {}                # stream -> latest time admitted (applied or queued)
         # pipelined ingest: next expected sequence number per producer (updated under admit_lock with the log)
         self.producers = Producers(self.limits.max_producers, self.limits.producer_window,
-                                   self.limits.max_sequence_wait_s)
+                                   self.limits.max_sequence_wait_s, self.limits.max_forgotten_producers)
         self.logs: dict[int, ResultLog] = {}
         self.summaries = SummaryRegistry(self.limits.max_summaries, self.limits.max_summary_file_bytes,
                                          self.limits.summary_roots)
@@ -166,7 +166,7 @@ class ServiceState:
                 stmts = parse(sql)
             except SketchQLError as exc:
                 raise from_exception(exc) from None
-            created = []
+            created, dropped = [], []
             for s in stmts:
                 kind = type(s).__name__
                 pos = getattr(s, "pos", (None, None)) or (None, None)
@@ -180,11 +180,19 @@ class ServiceState:
                                    line=pos[0], column=pos[1])
                 if kind in ("CreateStream", "CreateTable", "CreateSummary"):
                     created.append(s.name)
+                elif kind == "Drop":
+                    dropped.append(s.name)
             n_rel = len(self.engine.catalog.streams) + len(self.engine.catalog.tables)
             n_new = sum(type(s).__name__ in ("CreateStream", "CreateTable") for s in stmts)
             if n_rel + n_new > self.limits.max_streams:
                 raise limit_exceeded(422, "max_streams", n_rel + n_new, self.limits.max_streams,
                                      "declared streams and tables")
+            n_sum = len(self.engine.catalog.summaries) + len(self.summaries.entries)
+            n_new = sum(type(s).__name__ == "CreateSummary" for s in stmts)
+            if n_new and n_sum + n_new > self.limits.max_summaries:
+                raise limit_exceeded(422, "max_summaries", n_sum + n_new, self.limits.max_summaries,
+                                     "summaries, created and loaded together (nothing was created; "
+                                     "DROP SUMMARY or DELETE /summaries/{name} one first)")
             applied, err = self._apply_ddl(stmts, sql)
             seq = self._log("ddl", {"sql": sql, "n": applied}) if applied else None
             if applied:
@@ -199,7 +207,7 @@ class ServiceState:
                                f"were applied and stay)"
                 api.fields["applied_statements"] = applied
             raise api
-        return {"ok": True, "statements": len(stmts), "created": created}
+        return {"ok": True, "statements": len(stmts), "created": created, "dropped": dropped}
 
     def _apply_ddl(self, stmts, sql, n=None):
         """Apply the first ``n`` (all) statements one by one: ``(applied, error or None)``."""
@@ -461,11 +469,24 @@ class ServiceState:
         if isinstance(item, _AdmittedGroup):
             for b, _ in item.batches:             # each its own push, as if it had come alone
                 self.engine.push(item.stream, b, validated=True)
+                self._clock_to(item.stream, b.ts)
                 self._collect_all()
         else:
             self.engine.push(item.stream, item.columns, validated=item.validated)
+            if item.validated:
+                self._clock_to(item.stream, item.columns.ts)
             self._collect_all()
         self.replay_cost_s += time.perf_counter() - t0
+
+    def _clock_to(self, stream: str, ts) -> None:
+        """Bring the stream's clock to the latest time of a batch it accepted when load shedding dropped
+        that batch's last rows (the engine's clock follows the kept rows only): the receipt, and the
+        admission of the next batches, took the whole batch's time as the clock.  A heartbeat, so the
+        queries' windows move with it; replay does the same."""
+        if len(ts):
+            t = float(np.max(ts))
+            if np.isfinite(t) and t > self.engine.stream(stream).clock:
+                self.engine.heartbeat(stream, t)
 
     def _apply_failed(self, item, exc) -> None:
         self._count_reject(item.stream, item.n, "apply_error")
@@ -498,6 +519,10 @@ class ServiceState:
                 raise from_exception(exc, stream=schema.name) from None
             if producer is not None:
                 self.producers.record(producer[0], producer[1], seq)
+            if not schema.is_table and not self.engine.input_buffered(schema.name):
+                tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
+                if tcol is not None:
+                    self._clock_to(schema.name, np.asarray(columns[tcol], dtype=np.float64))
             self._collect_all()
             self.replay_cost_s += time.perf_counter() - t0
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
@@ -931,6 +956,10 @@ class ServiceState:
             if ix is None:
                 raise ApiError(422, "bad_parameter", f"summary {d.name!r} has no attribute {attr!r} "
                                f"(has {list(d.index)})", parameter="attr")
+            schema = self.engine.catalog.get(d.stream)
+            ctype = None if schema is None else next((t for c, t in schema.columns.items()
+                                                      if c.lower() == str(attr).lower()), None)
+            values = _values_for(values, ctype, d.name, attr)
             feed = getattr(self.engine, "index_feed", None)    # tuples a PT join's index has not ingested yet
             out = estimate_summary(feed.reader(ix) if feed is not None else ix, d.name, values, t_from, t_to,
                                    confidence)
@@ -1036,8 +1065,12 @@ class ServiceState:
                 self.producers.record(m["producer"], int(m["pseq"]), op.seq)
             if m.get("each") is not None:     # X-Arrow-Batches: each -- so many pushes, in order
                 from .ingest import parse_arrow_batches
-                for cols, _ in parse_arrow_batches(op.payload, self._schema(m["stream"]), 1 << 62, 1 << 62):
+                schema = self._schema(m["stream"])
+                for cols, _ in parse_arrow_batches(op.payload, schema, 1 << 62, 1 << 62):
                     self.engine.push(m["stream"], cols)
+                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
+                    if tcol is not None:
+                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
                     self._collect_all()
             else:
                 if m.get("format") == "arrow":
@@ -1046,6 +1079,11 @@ class ServiceState:
                 else:
                     cols = decode_columns(op.payload)
                 self.engine.push(m["stream"], cols)
+                schema = self.engine.catalog.get(m["stream"])
+                if schema is not None and not schema.is_table and not self.engine.input_buffered(schema.name):
+                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
+                    if tcol is not None:
+                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
@@ -1065,7 +1103,7 @@ class ServiceState:
             self.engine.controls.set(m["kind"], m["name"], m["knob"], m["value"])
         elif op.kind == "summary_load":
             reserved = list(self.live_summaries())
-            self.summaries.load(m["path"], m.get("name"), m.get("as"), reserved=reserved)
+            self.summaries.load(m["path"], m.get("name"), m.get("as"), reserved=reserved, check_limit=False)
         elif op.kind == "summary_unload":
             if m["name"] in self.summaries.entries:
                 self.summaries.unload(m["name"])
@@ -1096,6 +1134,21 @@ class _AdmittedGroup:
 
     def describe(self) -> str:
         return f"stream {self.stream}, {len(self.batches)} batches, {self.n} rows, log seq {self.seq}"
+
+
+def _values_for(values, ctype, summary, attr):
+    """Estimate values checked against the attribute's column type (``int`` / ``float`` / ``str`` / ``bool``):
+    a value the column cannot hold (``abc`` or ``1e400`` for an INT) is a 422, not an estimate of 0."""
+    if ctype not in ("int", "float"):
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                (ctype == "int" and not isinstance(v, int)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ApiError(422, "bad_parameter", f"summary {summary!r}: attribute {attr!r} is {ctype.upper()}, "
+                           f"value {v!r} is not one", parameter="value", value=str(v))
+        out.append(v)
+    return out
 
 
 def _clean(x, drop=()):

@@ -1,0 +1,241 @@
+"""Defects of the second user audit of the service (issue 12), each through HTTP: non-ASCII digits in
+X-Producer-Seq, forgotten producers' resends, unbounded DDL summaries, the result buffer flag after a
+restart, retain_changes below the buffer, request headers, SSE clients, and the minor ones (receipt clock
+of a shed batch, successors of a batch refused before its turn, estimate values, /demo batches after a
+restart, DROP SUMMARY's answer)."""
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from test_service_helpers import client
+from sketchql.service import Limits, create_app
+
+JSON = {"content-type": "application/json"}
+
+
+def _push(c, stream, rows, pid=None, seq=None):
+    h = {} if pid is None else {"x-producer-id": pid, "x-producer-seq": str(seq)}
+    return c.post(f"/streams/{stream}/batches", json={"rows": rows}, headers=h)
+
+
+def _count(c, qid):
+    """The COUNT(*) of a one-row aggregate query, from its snapshot."""
+    r = c.get(f"/queries/{qid}/snapshot")
+    assert r.status_code == 200, r.text
+    rows = r.json()["rows"]
+    return rows[0]["n"] if rows else 0
+
+
+# -- D1: X-Producer-Seq with non-ASCII digits -----------------------------------------------------------
+@pytest.mark.parametrize("seq", ["\u00b2", "\u00b9", "1\u00b3"])          # str.isdigit() is True for them
+def test_non_ascii_digit_sequence_number_is_400_bad_producer(seq):
+    c = client()
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
+    r = c.post("/streams/A/batches", json={"rows": [{"k": 1, "ts": 1}]},
+               headers={"x-producer-id": "p", "x-producer-seq": seq.encode("latin-1")})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "bad_producer"
+    from sketchql.service.errors import ApiError
+    from sketchql.service.producers import parse_headers
+    with pytest.raises(ApiError) as ei:                # (under uvicorn the ValueError was a 500)
+        parse_headers("p", seq)
+    assert ei.value.status == 400
+
+
+# -- D2: a forgotten producer's batches ---------------------------------------------------------------
+def _d2_setup(c):
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
+    q = c.post("/queries", json={"sql": "SELECT COUNT(*) AS n FROM A [RANGE 1000]"})
+    assert q.status_code == 201
+    return q.json()["id"]
+
+
+def test_forgotten_producer_resend_is_409_unknown_producer_not_applied_twice():
+    c = client(Limits(max_producers=2, max_sequence_wait_s=10.0))
+    qid = _d2_setup(c)
+    assert _push(c, "A", [{"k": 1, "ts": 1}], "A", 0).json()["accepted"] == 1
+    assert _push(c, "A", [{"k": 2, "ts": 2}], "B", 0).status_code == 200
+    assert _push(c, "A", [{"k": 3, "ts": 3}], "C", 0).status_code == 200       # A is forgotten
+    t0 = time.monotonic()
+    r = _push(c, "A", [{"k": 1, "ts": 4}], "A", 0)                            # A's resend of its acked batch
+    assert r.status_code == 409 and r.json()["error"]["type"] == "unknown_producer", r.text
+    r = _push(c, "A", [{"k": 1, "ts": 4}], "A", 1)                            # and its next one: at once
+    assert r.status_code == 409 and r.json()["error"]["type"] == "unknown_producer"
+    assert time.monotonic() - t0 < 5.0
+    assert _count(c, qid) == 3
+    st = c.get("/health").json()["producers"]
+    assert st["forgotten"] == 1 and st["evicted"] == 1 and st["unknown_producer"] == 2
+    assert c.get("/limits").json()["max_forgotten_producers"] == 100_000
+
+
+def test_forgotten_record_is_bounded_and_the_oldest_dropped():
+    c = client(Limits(max_producers=1, max_forgotten_producers=2))
+    _d2_setup(c)
+    for i, pid in enumerate("PQRS"):
+        assert _push(c, "A", [{"k": 1, "ts": i + 1}], pid, 0).status_code == 200
+    st = c.get("/health").json()["producers"]
+    assert st["forgotten"] == 2 and st["forgotten_dropped"] == 1 and st["evicted"] == 3
+    assert _push(c, "A", [{"k": 1, "ts": 9}], "Q", 1).json()["error"]["type"] == "unknown_producer"
+    assert _push(c, "A", [{"k": 1, "ts": 9}], "R", 1).json()["error"]["type"] == "unknown_producer"
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_forgotten_producers_survive_restart_and_a_smaller_max_producers_forgets_into_the_record(
+        tmp_path, checkpoint):
+    d = str(tmp_path / "data")
+    app = create_app(demo=False, data_dir=d, limits=Limits(max_producers=2))
+    c = TestClient(app)
+    qid = _d2_setup(c)
+    for i, pid in enumerate("ABC"):                                          # A forgotten (limit 2)
+        assert _push(c, "A", [{"k": 1, "ts": i + 1}], pid, 0).status_code == 200
+    if checkpoint:
+        assert c.post("/admin/checkpoint").status_code == 200
+    app.state.sketchql.applier.close()
+    app.state.sketchql.store.close()
+    app = create_app(demo=False, data_dir=d, limits=Limits(max_producers=1))  # B forgotten by the restart
+    c = TestClient(app)
+    for pid in "AB":
+        r = _push(c, "A", [{"k": 1, "ts": 9}], pid, 0)
+        assert r.status_code == 409 and r.json()["error"]["type"] == "unknown_producer", (pid, r.text)
+    assert _push(c, "A", [{"k": 1, "ts": 9}], "C", 0).json()["duplicate"] is True
+    assert _count(c, qid) == 3
+    app.state.sketchql.applier.close()
+    app.state.sketchql.store.close()
+
+
+# -- D4: one summary limit for DDL and loads --------------------------------------------------------------
+def test_create_summary_ddl_is_bounded_atomically_by_max_summaries():
+    c = client(Limits(max_summaries=3))
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT, j INT) TIMESTAMP ts"}).status_code == 201
+    ddl = "CREATE SUMMARY s{} ON A (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"
+    assert c.post("/streams", json={"sql": ddl.format(1) + ";" + ddl.format(2)}).status_code == 201
+    r = c.post("/streams", json={"sql": ddl.format(3) + ";" + ddl.format(4)})     # 4 > 3: nothing created
+    assert r.status_code == 422, r.text
+    e = r.json()["error"]
+    assert e["limit"] == "max_summaries" and e["maximum"] == 3 and "max_summaries" in e["message"]
+    names = sorted(s["name"] for s in c.get("/summaries").json()["summaries"])
+    assert names == ["s1", "s2"]
+    assert c.post("/streams", json={"sql": ddl.format(3)}).status_code == 201
+    assert c.post("/streams", json={"sql": ddl.format(4)}).status_code == 422
+    assert c.get("/limits").json()["max_summaries"] == 3
+
+
+def test_loaded_summaries_count_the_created_ones(tmp_path):
+    from sketchql.summaries import CountSketch
+    from sketchql.spark.summary_file import encode_summary
+
+    c = client(Limits(max_summaries=2, summary_roots=(str(tmp_path),)))
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts; CREATE SUMMARY s1 ON A (k) "
+                                           "WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"}).status_code == 201
+    for i in (1, 2):
+        p = tmp_path / f"f{i}.sqs"
+        p.write_bytes(encode_summary(CountSketch(d=3, w=64, seed=i), {"name": f"f{i}"}))
+    assert c.post("/summaries/load", json={"path": str(tmp_path / "f1.sqs")}).status_code == 201
+    r = c.post("/summaries/load", json={"path": str(tmp_path / "f2.sqs")})
+    assert r.status_code == 422 and r.json()["error"]["limit"] == "max_summaries", r.text
+
+
+# -- minor: DROP SUMMARY's answer; estimate values of an INT attribute; receipt clock of a shed batch -------
+def test_drop_summary_ddl_answers_200_with_what_was_dropped():
+    c = client()
+    r = c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts; CREATE SUMMARY s1 ON A (k) "
+                                        "WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"})
+    assert r.status_code == 201 and r.json()["created"] == ["A", "s1"]
+    r = c.post("/streams", json={"sql": "DROP SUMMARY s1"})
+    assert r.status_code == 200, r.text
+    assert r.json()["created"] == [] and r.json()["dropped"] == ["s1"]
+
+
+@pytest.mark.parametrize("value", ["abc", "1e400", "1.5", "nan"])
+def test_estimate_value_the_int_attribute_cannot_hold_is_422(value):
+    c = client()
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts; CREATE SUMMARY s1 ON A (k) "
+                                           "WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"}).status_code == 201
+    assert _push(c, "A", [{"k": 1, "ts": 1}, {"k": 1, "ts": 2}]).status_code == 200
+    r = c.get("/summaries/s1/estimate", params={"value": value})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["parameter"] == "value"
+    r = c.get("/summaries/s1/estimate", params={"value": "1"})
+    assert r.status_code == 200 and r.json()["estimates"][0]["estimate"] >= 2 - 1e-9, r.text
+
+
+def test_receipt_clock_is_the_stream_clock_when_every_row_is_shed():
+    c = client()
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
+    assert _push(c, "A", [{"k": 1, "ts": 3}]).status_code == 200
+    r = c.patch("/control/stream/A", json={"shed_rate": 0.9})
+    assert r.status_code == 200, r.text
+    for t in range(4, 24):                        # 1-row batches: most are shed whole
+        rec = _push(c, "A", [{"k": 1, "ts": t}]).json()
+        stats = c.get("/streams/A").json()["stats"]
+        assert rec["clock"] == stats["clock"] == t, (rec, stats)
+    assert stats["tuples_in"] - stats["tuples_kept"] >= 10
+
+
+def test_demo_batches_survive_a_restart(tmp_path):
+    d = str(tmp_path / "data")
+    app = create_app(demo=True, seed=3, data_dir=d, demo_options={"max_tuples": 2000})
+    st, feeder = app.state.sketchql, app.state.sketchql.demo
+    for _ in range(4):
+        feeder.step()
+    before = TestClient(app).get("/demo").json()
+    assert before["batches"] > 0
+    st.store.close()
+    app = create_app(demo=True, seed=3, data_dir=d, demo_options={"max_tuples": 2000})
+    after = TestClient(app).get("/demo").json()
+    assert (after["batches"], after["pushed"]) == (before["batches"], before["pushed"])
+    app.state.sketchql.store.close()
+
+
+# -- minor: successors of a producer's batch refused before its turn fail fast ---------------------------
+def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
+    from service_server import Server
+
+    srv = Server(None, ["--no-demo", "--body-read-timeout", "1", "--max-sequence-wait", "8"])
+    try:
+        srv.wait_ready()
+        assert srv.client.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
+        body = json.dumps({"rows": [{"ts": 1, "k": 1}]}).encode()
+        for case, pid in (("stalled", "P"), ("too_big", "Q")):
+            res = {}
+
+            def seq1():
+                t = time.monotonic()
+                r = srv.client.post("/streams/A/batches", json={"rows": [{"ts": 2, "k": 1}]},
+                                    headers={"x-producer-id": pid, "x-producer-seq": "1"})
+                res["r"], res["s"] = r, time.monotonic() - t
+            th = threading.Thread(target=seq1)
+            if case == "stalled":                      # seq 0's body stalls: 408 after 1 s
+                sock = socket.create_connection(("127.0.0.1", srv.port))
+                sock.sendall(b"POST /streams/A/batches HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                             b"x-producer-id: P\r\nx-producer-seq: 0\r\ncontent-length: %d\r\n\r\n" % len(body)
+                             + body[:10])
+                time.sleep(0.2)
+                th.start()
+                sock.settimeout(10)
+                assert b" 408 " in sock.recv(300)[:20]
+                sock.close()
+            else:                                      # seq 0 is over max_body_bytes: 413
+                th.start()
+                time.sleep(0.5)
+                big = b'{"rows": [' + b'{"ts": 3, "k": 1},' * 500_000 + b'{"ts": 3, "k": 1}]}'
+                try:
+                    r = srv.client.post("/streams/A/batches", content=big,
+                                        headers={"x-producer-id": pid, "x-producer-seq": "0", **JSON})
+                    assert r.status_code == 413
+                except Exception:                      # the server may close before reading it all
+                    pass
+            th.join(30)
+            r = res["r"]
+            assert r.status_code == 409 and r.json()["error"]["type"] == "sequence_gap", (case, r.text)
+            assert "refused" in r.json()["error"]["message"] and res["s"] < 5.0, (case, res["s"])
+            ok = srv.client.post("/streams/A/batches", content=body,
+                                 headers={"x-producer-id": pid, "x-producer-seq": "0", **JSON})
+            assert ok.status_code == 200 and ok.json()["accepted"] == 1
+    finally:
+        srv.stop()
