@@ -239,3 +239,62 @@ def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
             assert ok.status_code == 200 and ok.json()["accepted"] == 1
     finally:
         srv.stop()
+
+
+# -- D5: a restart with another --result-buffer-rows ---------------------------------------------------------
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_restored_queries_take_the_current_result_buffer_size(tmp_path, checkpoint):
+    d = str(tmp_path / "data")
+
+    def start(rows):
+        app = create_app(demo=False, data_dir=d, limits=Limits(max_retained_rows=rows))
+        return app, TestClient(app)
+
+    def stop(app):
+        app.state.sketchql.applier.close()
+        app.state.sketchql.store.close()
+
+    app, c = start(100)
+    assert c.post("/streams", json={"sql": "CREATE STREAM P (k INT) TIMESTAMP ts"}).status_code == 201
+    qid = c.post("/queries", json={"sql": "SELECT k FROM P [RANGE 1000]"}).json()["id"]
+    assert _push(c, "P", [{"k": i, "ts": 1 + i * 0.01} for i in range(150)]).status_code == 200
+    if checkpoint:
+        assert c.post("/admin/checkpoint").status_code == 200
+    stop(app)
+    app, c = start(40)                                   # shrunk: the 40 newest kept, the rest missed
+    r = c.get(f"/queries/{qid}/results", params={"since": 0, "limit": 1000}).json()
+    assert (r["buffer_rows"], r["missed"], r["total"], r["first_available"]) == (40, 110, 150, 110)
+    assert [x["seq"] for x in r["rows"]] == list(range(110, 150))
+    assert [x["row"]["k"] for x in r["rows"]] == list(range(110, 150))
+    assert c.post("/admin/checkpoint").status_code == 200     # (else the next start replays the rows anew)
+    stop(app)
+    app, c = start(1000)                                 # grown: holds up to 1000 from now on
+    assert _push(c, "P", [{"k": i, "ts": 10 + i * 0.01} for i in range(500)]).status_code == 200
+    r = c.get(f"/queries/{qid}/results", params={"since": 0, "limit": 5000}).json()
+    assert (r["buffer_rows"], r["missed"], r["total"], len(r["rows"])) == (1000, 110, 650, 540)
+    assert c.get(f"/queries/{qid}").json()["knobs"]["retain_changes"] >= 1000
+    stop(app)
+
+
+# -- D6: the engine's retain_changes never below the result buffer ---------------------------------------
+def test_one_large_operation_loses_no_rows_while_the_buffer_has_room():
+    c = client()                                         # buffer 200 000 rows; engine default retention 100 000
+    assert c.post("/streams", json={"sql": "CREATE STREAM B (k INT, v DOUBLE) TIMESTAMP ts"}).status_code == 201
+    q = c.post("/queries", json={"sql": "SELECT b1.v, b2.v FROM B [RANGE 1000] b1, B [RANGE 1000] b2 "
+                                        "WHERE b1.k = b2.k"}).json()["id"]
+    assert c.get(f"/queries/{q}").json()["knobs"]["retain_changes"] >= 200_000
+    assert _push(c, "B", [{"ts": 1 + i * 1e-6, "k": 7, "v": 1.0} for i in range(400)]).status_code == 200
+    r = c.get(f"/queries/{q}/results", params={"since": 0, "limit": 1}).json()
+    assert (r["missed"], r["first_available"], r["total"]) == (0, 0, 160_000)     # 400 x 400 pairs
+
+
+def test_retain_changes_below_the_result_buffer_is_refused():
+    c = client(Limits(max_retained_rows=500))
+    assert c.post("/streams", json={"sql": "CREATE STREAM B (k INT) TIMESTAMP ts"}).status_code == 201
+    q = c.post("/queries", json={"sql": "SELECT k FROM B [RANGE 10]"}).json()["id"]
+    r = c.patch(f"/control/query/q{q}", json={"retain_changes": 499})
+    assert r.status_code == 422, r.text
+    e = r.json()["error"]
+    assert e["knob"] == "retain_changes" and e["minimum"] == 500 and "result buffer" in e["message"]
+    assert c.patch(f"/control/query/q{q}", json={"retain_changes": 500}).status_code == 200
+    assert c.patch(f"/control/query/q{q}", json={"retain_changes": None}).status_code == 200

@@ -99,6 +99,16 @@ class ResultLog:
         pos = int((ch.sign > 0).sum())
         self.plus += pos
         self.minus += n - pos
+        self._trim()
+
+    def resize(self, max_rows: int) -> None:
+        """Keep at most ``max_rows`` rows from now on (a restart with another buffer size); when shrinking,
+        the oldest rows go at once and a reader that wanted them is told how many it missed."""
+        with self._lock:
+            self.max_rows = int(max_rows)
+            self._trim()
+
+    def _trim(self) -> None:
         while self.total - self.first > self.max_rows:
             start, c = self._chunks[0]
             excess = self.total - self.first - self.max_rows

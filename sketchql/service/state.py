@@ -642,6 +642,7 @@ class ServiceState:
                 raise ApiError(500, "internal_error", f"registering the query failed inside the engine "
                                f"({type(exc).__name__}: {exc}); nothing was registered") from None
             self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
             seq = self._log("register", {"sql": sql, "id": q.id})
             if self.store is not None:
                 self.store.set_meta("max_query_id", max(q.id, int(self.store.get_meta("max_query_id", 0) or 0)))
@@ -654,11 +655,21 @@ class ServiceState:
         log_ = self.logs.get(q.id)
         if log_ is None:
             log_ = self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
         batches = q.poll()
         log_.skip(getattr(batches, "missed", 0))
         for ch in batches:
             log_.append(ch)
         return log_
+
+    def _fit_retention(self, q) -> None:
+        """Keep the engine's change log of ``q`` (its ``retain_changes`` knob) at least as long as the
+        query's result buffer: the engine trims it when one operation makes more rows than that, before
+        the service collects them, and those rows would be lost although the buffer has room."""
+        log_ = self.logs.get(q.id)
+        r = getattr(q, "retain_changes", None)
+        if log_ is not None and r is not None and r < log_.max_rows:
+            self.engine.controls.set("query", f"q{q.id}", "retain_changes", log_.max_rows)
 
     def collect_all(self):
         with self.lock:
@@ -718,10 +729,19 @@ class ServiceState:
             raise ApiError(404, "not_found", str(exc), kind=kind, name=name) from None
         for knob, value in values.items():
             try:
-                table.knob(knob).coerce(value, where=f"{kind} {table.name}")
+                v = table.knob(knob).coerce(value, where=f"{kind} {table.name}")
             except (ControlError, SketchQLError, KeyError) as exc:
                 raise ApiError(422, "bad_control", str(exc).strip("'\""), kind=kind, name=table.name, knob=knob) \
                     from None
+            if kind == "query" and knob == "retain_changes" and v is not None:
+                q = next((x for x in self.engine.queries if f"q{x.id}" == table.name), None)
+                log_ = None if q is None else self.logs.get(q.id)
+                if log_ is not None and v < log_.max_rows:
+                    raise ApiError(422, "bad_control", f"query {table.name}: retain_changes={v:g} is below the "
+                                   f"query's result buffer of {log_.max_rows} rows (--result-buffer-rows): the "
+                                   f"engine would drop rows of a large operation before the service collects "
+                                   f"them; set at least {log_.max_rows} (or null: unbounded)", kind=kind,
+                                   name=table.name, knob=knob, minimum=log_.max_rows)
         applied, seq = {}, None
         for knob, value in values.items():
             try:
@@ -1048,6 +1068,12 @@ class ServiceState:
             finally:
                 self.replaying = False
             reserve_query_ids(self.engine, int(self.store.get_meta("max_query_id", 0) or 0) + 1)
+            for q in self.engine.queries:     # the current --result-buffer-rows, whatever the checkpoint had
+                log_ = self.logs.get(q.id)
+                if log_ is not None and log_.max_rows != self.limits.max_retained_rows:
+                    info.setdefault("resized_buffers", {})[q.id] = [log_.max_rows, self.limits.max_retained_rows]
+                    log_.resize(self.limits.max_retained_rows)
+                self._fit_retention(q)
         info["seconds"] = time.perf_counter() - t0        # checkpoint load + replay of the log's tail
         self.recovery = info
         return info
@@ -1094,6 +1120,7 @@ class ServiceState:
             set_next_query_id(self.engine, m["id"])
             q = self.engine.register(m["sql"])
             self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
         elif op.kind == "deregister":
             q = next((x for x in self.engine.queries if x.id == m["id"]), None)
             if q is not None:
