@@ -298,3 +298,75 @@ def test_retain_changes_below_the_result_buffer_is_refused():
     assert e["knob"] == "retain_changes" and e["minimum"] == 500 and "result buffer" in e["message"]
     assert c.patch(f"/control/query/q{q}", json={"retain_changes": 500}).status_code == 200
     assert c.patch(f"/control/query/q{q}", json={"retain_changes": None}).status_code == 200
+
+
+# -- D9: SSE clients bounded, woken only by their own query ----------------------------------------------
+def test_notifier_wakes_only_the_query_that_grew_and_bounds_subscribers():
+    import asyncio
+
+    from sketchql.service.results import Notifier
+
+    async def main():
+        n = Notifier(max_subscribers=3)
+        a1, a2, b = n.subscribe(1), n.subscribe(1), n.subscribe(2)
+        assert n.subscribe(3) is None and n.refused == 1 and n.count == 3
+        n.notify([1])
+        await asyncio.wait_for(a1.wait(), 1)
+        await asyncio.wait_for(a2.wait(), 1)
+        await asyncio.sleep(0.01)
+        assert not b.is_set()
+        n.notify(None)
+        await asyncio.wait_for(b.wait(), 1)
+        n.unsubscribe(a1)
+        assert n.subscribe(3) is not None and n.count == 3
+    asyncio.run(main())
+
+
+def test_sse_clients_past_max_sse_clients_get_503_json_and_other_queries_do_not_wake_them():
+    from service_server import Server
+
+    srv = Server(None, ["--no-demo", "--max-sse-clients", "3"])
+    socks = []
+    try:
+        srv.wait_ready()
+        assert srv.client.get("/limits").json()["max_sse_clients"] == 3
+        assert srv.client.post("/streams", json={"sql": "CREATE STREAM P (k INT) TIMESTAMP ts"}).status_code == 201
+        q1 = srv.client.post("/queries", json={"sql": "SELECT k FROM P [RANGE 5]"}).json()["id"]
+        q2 = srv.client.post("/queries", json={"sql": "SELECT k FROM P [RANGE 5] WHERE k < 0"}).json()["id"]
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(f"GET /queries/{q2}/stream HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            s.settimeout(10)
+            assert b" 200 " in s.recv(200)[:20]
+            socks.append(s)
+        r = srv.client.get(f"/queries/{q1}/stream")
+        assert r.status_code == 503 and r.json()["error"]["limit"] == "max_sse_clients", r.text
+        assert srv.client.get("/health").json()["sse"]["clients"] == 3
+        for t in range(5):                          # q1 grows, q2 does not: q2's streams send nothing more
+            assert srv.client.post("/streams/P/batches", json={"rows": [{"k": t, "ts": t + 1}]}).status_code == 200
+        time.sleep(0.3)
+        for s in socks:
+            s.settimeout(0.3)
+            got = b""
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    got += d
+            except socket.timeout:
+                pass
+            assert b"event: rows" not in got
+        for s in socks:
+            s.close()
+        socks = []
+        deadline, t = time.monotonic() + 20, 100     # slots come back when the clients leave (q2 rows: the
+        while srv.client.get("/health").json()["sse"]["clients"] and time.monotonic() < deadline:   # write fails)
+            srv.client.post("/streams/P/batches", json={"rows": [{"k": -1, "ts": t}]})
+            t += 1
+            time.sleep(0.2)
+        assert srv.client.get("/health").json()["sse"]["clients"] == 0
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()

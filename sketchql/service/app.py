@@ -59,6 +59,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from contextlib import asynccontextmanager
 from typing import List, Optional
 
@@ -82,7 +83,7 @@ from .jsonbody import BodyError, JsonRoute, parse_json
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
 from .producers import parse_headers
-from .sse import result_events
+from .sse import result_events, subscribe as sse_subscribe
 from .state import ServiceState
 from .summaries import parse_value
 
@@ -552,7 +553,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
                "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
                "durable": store is not None, "recovery": state.recovery,
                "checkpoint_error": checkpointer.error, "apply": state.applier.status(),
-               "producers": state.producers.status()}
+               "producers": state.producers.status(),
+               "sse": {"clients": state.notifier.count, "max_sse_clients": limits.max_sse_clients,
+                       "refused": state.notifier.refused}}
         if state.applier.error_count:          # an acknowledged batch the engine failed to apply
             out["status"] = "degraded"
         if feeder is not None:
@@ -673,8 +676,11 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         def check():
             state._check_since(since, state._buffer(qid)[1])
         await run_in_threadpool(check)
-        return StreamingResponse(result_events(state, qid, since, limit, request, max_events=max_events),
-                                 media_type="text/event-stream",
+        ev = sse_subscribe(state, qid)                   # 503 past max_sse_clients
+        gen = result_events(state, qid, since, limit, request, max_events=max_events, ev=ev)
+        # a generator never started (client gone before the body) runs no finally: release it when collected
+        weakref.finalize(gen, state.notifier.unsubscribe, ev)
+        return StreamingResponse(gen, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/queries/{qid}/snapshot", tags=["results"], responses=_ERR)

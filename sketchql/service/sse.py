@@ -16,8 +16,11 @@ stream sends ``event: end`` and closes.  A comment line (``: keepalive``) is
 sent after ``keepalive`` seconds without rows.  ``max_events`` (optional)
 closes the stream after that many ``rows`` events.
 
-New rows wake the stream at once (:class:`~sketchql.service.results.Notifier`),
-so delivery latency is the time to serialize the rows, not a polling period.
+New rows of *this* query wake the stream at once
+(:class:`~sketchql.service.results.Notifier`: other queries' results do not), so
+delivery latency is the time to serialize the rows, not a polling period.  At
+most ``max_sse_clients`` streams are open at once, all queries together: the
+route answers 503 ``too_many_sse_clients`` past it (:func:`subscribe`).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ import json
 from typing import Optional
 
 from starlette.concurrency import run_in_threadpool
+
+from .errors import ApiError
 
 
 def format_event(data: dict, event: str = "rows", id_=None) -> str:
@@ -38,10 +43,23 @@ def format_event(data: dict, event: str = "rows", id_=None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False)}\n\n"
 
 
+def subscribe(state, qid: int):
+    """The stream's subscription to ``qid``'s results (on the event loop, before the response starts),
+    or :class:`ApiError` 503 past ``max_sse_clients``."""
+    ev = state.notifier.subscribe(qid)
+    if ev is None:
+        n = state.limits.max_sse_clients
+        raise ApiError(503, "too_many_sse_clients", f"{n} SSE streams are open (max_sse_clients={n}); retry "
+                       f"later or poll GET /queries/{qid}/results", limit="max_sse_clients", maximum=n)
+    return ev
+
+
 async def result_events(state, qid: int, cursor: int, limit: int, request, keepalive: float = 15.0,
-                        max_events: Optional[int] = None):
-    """The async generator behind the SSE response (see the module docstring)."""
-    ev = state.notifier.subscribe()
+                        max_events: Optional[int] = None, ev=None):
+    """The async generator behind the SSE response (see the module docstring); ``ev``: its
+    :func:`subscribe` (taken here when None), released when the generator ends."""
+    if ev is None:
+        ev = subscribe(state, qid)
     sent = 0
     try:
         yield "retry: 1000\n\n"

@@ -102,7 +102,7 @@ class ServiceState:
         self.demo = None
         self.store = store
         self.auth = auth
-        self.notifier = Notifier()
+        self.notifier = Notifier(self.limits.max_sse_clients)
         self.replaying = False
         self.recovery: dict | None = None
         # engine seconds spent on logged operations since the last checkpoint: what a restart would replay
@@ -136,13 +136,14 @@ class ServiceState:
 
     def _collect_all(self) -> None:
         """Drain every query's new changes into its buffer (after each operation, under the lock)."""
-        grew = False
+        grew = []
         for q in self.engine.queries:
             log_ = self._collect(q)
-            grew = grew or log_.total != getattr(log_, "_seen", -1)
-            log_._seen = log_.total
+            if log_.total != getattr(log_, "_seen", -1):
+                grew.append(q.id)
+                log_._seen = log_.total
         if grew and not self.replaying:
-            self.notifier.notify()
+            self.notifier.notify(grew)        # only the SSE clients of the queries that grew
 
     # -- streams -------------------------------------------------------------------
     def _schema(self, name: str):
@@ -711,7 +712,7 @@ class ServiceState:
             self.logs.pop(qid, None)
             seq = self._log("deregister", {"id": qid})
         gcpolicy.release()                      # the query's plan may hold reference cycles
-        self.notifier.notify()
+        self.notifier.notify([qid])             # its SSE clients end
         self.wait_durable(seq)
         return {"ok": True, "deleted": qid}
 
