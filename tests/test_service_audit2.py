@@ -370,3 +370,95 @@ def test_sse_clients_past_max_sse_clients_get_503_json_and_other_queries_do_not_
         for s in socks:
             s.close()
         srv.stop()
+
+
+# -- D8: request heads bounded (bytes, time), connections bounded ---------------------------------------
+def _recv_all(s, timeout=10.0) -> bytes:
+    s.settimeout(timeout)
+    got = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                return got
+            got += d
+    except (socket.timeout, ConnectionResetError):
+        return got
+
+
+def test_request_heads_and_connections_are_bounded():
+    from service_server import Server
+
+    srv = Server(None, ["--no-demo", "--max-header-bytes", "4096", "--header-read-timeout", "1.5",
+                        "--max-connections", "8"])
+    socks = []
+    try:
+        srv.wait_ready()
+        lim = srv.client.get("/limits").json()
+        assert (lim["max_header_bytes"], lim["header_read_timeout_s"], lim["max_connections"]) == (4096, 1.5, 8)
+        # a large header: 431 JSON and closed, long before the client has sent it all
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        sent = 0
+        try:
+            for _ in range(1000):                       # up to 64 MB
+                s.sendall(b"a" * 65536)
+                sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        got = _recv_all(s)
+        s.close()
+        assert got.startswith(b"HTTP/1.1 431 "), got[:100]
+        assert json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]["limit"] == "max_header_bytes"
+        assert sent < 64 * 65536
+        # headers just under the limit pass (a 3000-byte header)
+        r = srv.client.get("/health", headers={"x-pad": "p" * 3000})
+        assert r.status_code == 200
+        # a trickled head: 408 after the header timeout, connection closed
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        t = time.monotonic()
+        closed_at = None
+        for i in range(20):
+            time.sleep(0.25)
+            try:
+                s.sendall(b"X-a%d: b\r\n" % i)
+            except (BrokenPipeError, ConnectionResetError):
+                closed_at = time.monotonic() - t
+                break
+        got = _recv_all(s, 5.0)
+        s.close()
+        assert got.startswith(b"HTTP/1.1 408 "), got[:100]
+        assert closed_at is None or closed_at < 4.0
+        # a connection that sends nothing is closed after the header timeout too
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        t = time.monotonic()
+        got = _recv_all(s, 10.0)
+        assert got.startswith(b"HTTP/1.1 408 ") and time.monotonic() - t < 5.0
+        s.close()
+        # connections: past max_connections a request is answered 503
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(f"GET /queries/1/stream HTTP/1.1\r\nHost: x\r\n\r\n".encode())  # 404, kept alive
+            socks.append(s)
+        time.sleep(0.3)
+        statuses = []
+        for s in socks:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.5)
+        for s in socks:
+            s.settimeout(2)
+            try:
+                statuses.append(s.recv(65536))
+            except socket.timeout:
+                statuses.append(b"")
+        assert any(b" 503 " in x for x in statuses), [x[:40] for x in statuses]
+        for s in socks:
+            s.close()
+        socks = []
+        time.sleep(0.3)
+        assert srv.client.get("/health").status_code == 200          # the slots come back
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()

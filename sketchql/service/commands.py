@@ -117,7 +117,15 @@ def _cmd_serve(args) -> int:
     sys.setswitchinterval(args.switch_interval)
     # full collections stalled every thread for 20-100 ms (the p99 of result reads): see gcpolicy
     gcpolicy.install()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    try:                         # bounded request heads (431, 408) on uvicorn's httptools parser (not h11)
+        from .httpproto import protocol_class
+        http = protocol_class(limits.max_header_bytes, limits.header_read_timeout_s)
+    except ImportError:          # pragma: no cover (httptools missing)
+        http = "auto"
+        print("sketchql serve: httptools is not installed: request headers are not bounded "
+              "(--max-header-bytes, --header-read-timeout)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                http=http, limit_concurrency=limits.max_connections)
     return 0
 
 
