@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from typing import Optional
 
 from starlette.concurrency import run_in_threadpool
@@ -54,6 +55,57 @@ def subscribe(state, qid: int):
     return ev
 
 
+_GONE = object()
+_PAGES = 64            # rendered events kept for the other streams at the same cursor
+
+
+async def _next_event(state, qid: int, cursor: int, limit: int):
+    """``(event text, next cursor)`` of the rows from ``cursor``, None when there are none (nothing new,
+    nothing missed: no thread hop), or ``_GONE``.  The streams of one query woken by the same rows are
+    mostly at the same cursor: the first renders the page (a thread, the JSON), the others take its
+    text (``state._sse_pages``, keyed by query, cursor, limit and the buffer's bounds when looked at).
+    The page may be read a moment after the bounds were looked at; it is then a later, equally valid
+    read of the same cursor."""
+    since = max(int(cursor), 0)
+    log_ = state.logs.get(qid)
+    if log_ is None or not any(q.id == qid for q in state.engine.queries):
+        return _GONE
+    first, total = log_.first, log_.total              # (ints; a stale pair only costs a cache miss)
+    if since >= total and since >= first:
+        return None
+    pages = state.__dict__.setdefault("_sse_pages", OrderedDict())
+    key = (qid, since, limit, first, total)
+    fut = pages.get(key)
+    if fut is not None:
+        try:
+            return await asyncio.shield(fut)
+        except Exception:
+            pass                                          # the renderer failed: read on our own
+    else:
+        fut = pages[key] = asyncio.get_running_loop().create_future()
+        while len(pages) > _PAGES:
+            pages.popitem(last=False)
+    try:
+        page = await run_in_threadpool(state.read_for_stream, qid, since, limit)
+        if page is None:
+            out = _GONE
+        elif page["rows"] or page["missed"]:
+            body = {"query": qid, "since": page["since"], "next": page["next"], "missed": page["missed"],
+                    "available": page["available"], "rows": page["rows"]}
+            out = (format_event(body, id_=page["next"]), page["next"])
+        else:
+            out = None
+    except BaseException as exc:
+        if not fut.done():
+            pages.pop(key, None)
+            fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+            fut.exception()                               # (retrieved: no "never retrieved" warning)
+        raise
+    if not fut.done():
+        fut.set_result(out)
+    return out
+
+
 async def result_events(state, qid: int, cursor: int, limit: int, request, keepalive: float = 15.0,
                         max_events: Optional[int] = None, ev=None):
     """The async generator behind the SSE response (see the module docstring); ``ev``: its
@@ -65,15 +117,13 @@ async def result_events(state, qid: int, cursor: int, limit: int, request, keepa
         yield "retry: 1000\n\n"
         while True:
             ev.clear()
-            page = await run_in_threadpool(state.read_for_stream, qid, cursor, limit)
-            if page is None:
+            event = await _next_event(state, qid, cursor, limit)
+            if event is _GONE:
                 yield format_event({"query": qid, "reason": "the query was deleted"}, event="end")
                 return
-            if page["rows"] or page["missed"]:
-                body = {"query": qid, "since": page["since"], "next": page["next"], "missed": page["missed"],
-                        "available": page["available"], "rows": page["rows"]}
-                yield format_event(body, id_=page["next"])
-                cursor = page["next"]
+            if event is not None:
+                text, cursor = event
+                yield text
                 sent += 1
                 if max_events is not None and sent >= max_events:
                     return
