@@ -11,9 +11,14 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
+	touch $@ $(VENV)/.installed-service
+
+# the server needs neither Java nor chromium: `make serve` installs only the service extra
+$(VENV)/.installed-service: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh --service
 	touch $@
 
-serve: setup
+serve: $(VENV)/.installed-service
 	$(BIN)/sketchql serve --data-dir $(DATA_DIR) $(SERVE_ARGS)
 
 test: setup

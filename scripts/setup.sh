@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Creates .venv and installs sketchql with every extra; installs Java 17 (for
 # PySpark 4.x) with apt-get when no suitable java is on the PATH.
+#
+# scripts/setup.sh --service: only what the HTTP server needs (`make serve`): the venv and the
+# package with its service extra -- no Java, no chromium, no apt-get, no root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
+
+if [ "${1:-}" = "--service" ]; then
+  if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[service]"
+  echo "setup (service only): ok ($(.venv/bin/python --version))"
+  exit 0
+fi
 
 need_java=1
 if command -v java >/dev/null 2>&1; then

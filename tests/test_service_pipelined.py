@@ -215,8 +215,9 @@ def test_parse_headers_and_eviction():
     p.record("b", 0)
     p.record("c", 5)                         # a (least recently used, idle) is forgotten
     assert p.next_seq("a") is None and p.next_seq("c") == 6 and p.status()["evicted"] == 1
-    p.restore({"x": 3, "y": 4, "z": 5})
-    assert len(p.snapshot()) == 2
+    p.restore({"x": 3, "y": 4, "z": 5})                     # a checkpoint of the older plain-table form
+    snap = p.snapshot()
+    assert len(snap["table"]) == 2 and set(snap["forgotten"]) == {"a", "b", "c", "x"}   # forgotten ids are recorded
 
 
 def test_a_cancelled_request_keeps_its_turn_until_its_admission_is_over():
@@ -279,12 +280,14 @@ def test_producer_window_max_producers_and_batches_per_request_flags():
         assert time.monotonic() - t < 2                          # refused at once, not after the 3 s wait
         r = srv.client.post("/streams/S/batches", content=arrow_body(b[0]), headers=_headers("w", 0))
         assert r.status_code == 200
-        # a third producer evicts the least recently used idle one ("w"): its next batch waits for a 0
+        # a third producer evicts the least recently used idle one ("w"): its next batch is refused at once
         for i, p in enumerate(("x", "y")):
             assert srv.client.post("/streams/S/batches", content=arrow_body(b[1 + i]),
                                    headers=_headers(p, 0)).status_code == 200
+        t = time.monotonic()
         r = srv.client.post("/streams/S/batches", content=arrow_body(b[3]), headers=_headers("w", 1))
-        assert r.status_code == 409 and r.json()["error"]["expected"] == 0
+        assert r.status_code == 409 and r.json()["error"]["type"] == "unknown_producer"
+        assert time.monotonic() - t < 2
         assert srv.client.get("/health").json()["producers"]["evicted"] >= 1
     finally:
         srv.stop()

@@ -59,10 +59,11 @@ import logging
 import os
 import threading
 import time
+import weakref
 from contextlib import asynccontextmanager
 from typing import List, Optional
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -81,7 +82,8 @@ from .ingest import ARROW_TYPES, NDJSON_TYPES
 from .jsonbody import BodyError, JsonRoute, parse_json
 from .limits import Limits
 from .metrics import CONTENT_TYPE, collect
-from .sse import result_events
+from .producers import parse_headers
+from .sse import result_events, subscribe as sse_subscribe
 from .state import ServiceState
 from .summaries import parse_value
 
@@ -123,10 +125,11 @@ class BodyLimit:
     no bound).  Either way the request is answered with that error (whatever the route made of the
     exception) and ``Connection: close``, since the rest of the body is never read."""
 
-    def __init__(self, app, limit: int, read_timeout: float | None = None):
+    def __init__(self, app, limit: int, read_timeout: float | None = None, on_refuse=None):
         self.app = app
         self.limit = int(limit)
         self.read_timeout = read_timeout
+        self.on_refuse = on_refuse      # called with the scope of a request refused here (before routing)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -145,6 +148,8 @@ class BodyLimit:
                     err = limit_exceeded(413, "max_body_bytes", size, self.limit, "request body (bytes)") if size >= 0 \
                         else ApiError(400, "bad_request", f"invalid Content-Length {v.decode(errors='replace')[:40]!r}")
                     resp = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
+                    if self.on_refuse is not None:
+                        self.on_refuse(scope)
                     return await resp(scope, receive, send)
         if not has_body:                     # (no Content-Length and no Transfer-Encoding, or length 0)
             return await self.app(scope, receive, send)
@@ -501,9 +506,25 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     app.add_middleware(SettleReads, state=state)            # reads see every batch admitted before them
     app.add_middleware(BatchRoute, ingest=ingest)           # inside auth/count and the body limit
     app.add_middleware(AuthAndCount, state=state, auth=auth)
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, read_timeout=limits.body_read_timeout_s)
+    def refused_before_routing(scope):
+        """A pipelined batch refused by BodyLimit (declared body too large) before its producer's turn:
+        its waiting successors fail fast (``Producers.refuse``), if the request may write at all."""
+        if BatchRoute.match(scope) is None:
+            return
+        h = {k: v.decode("latin-1") for k, v in scope.get("headers", ()) if k in (b"x-producer-id", b"x-producer-seq")}
+        try:
+            producer = parse_headers(h.get(b"x-producer-id"), h.get(b"x-producer-seq"))
+            if producer is not None and auth is not None and auth.enabled:
+                auth.check(Request(scope))
+        except ApiError:
+            return
+        if producer is not None:
+            state.producers.refuse(*producer)
+
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, read_timeout=limits.body_read_timeout_s,
+                       on_refuse=refused_before_routing)
     app.batch_chain = BodyLimit(AuthAndCount(BatchRoute(_unreachable, ingest), state, auth), limits.max_body_bytes,
-                                limits.body_read_timeout_s)
+                                limits.body_read_timeout_s, on_refuse=refused_before_routing)
 
     # -- overview ------------------------------------------------------------------------
     def _demo_status():
@@ -532,7 +553,9 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
                "queries": len(state.engine.queries), "summaries_loaded": len(state.summaries.entries),
                "durable": store is not None, "recovery": state.recovery,
                "checkpoint_error": checkpointer.error, "apply": state.applier.status(),
-               "producers": state.producers.status()}
+               "producers": state.producers.status(),
+               "sse": {"clients": state.notifier.count, "max_sse_clients": limits.max_sse_clients,
+                       "refused": state.notifier.refused}}
         if state.applier.error_count:          # an acknowledged batch the engine failed to apply
             out["status"] = "degraded"
         if feeder is not None:
@@ -569,8 +592,11 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         return state.list_streams()
 
     @app.post("/streams", status_code=201, tags=["streams"], response_model=M.DdlReceipt, responses=_ERR)
-    async def create_stream(body: M.Sql):
-        return await run_in_threadpool(state.execute_ddl, body.sql)
+    async def create_stream(body: M.Sql, response: Response):
+        out = await run_in_threadpool(state.execute_ddl, body.sql)
+        if out["dropped"] and not out["created"]:
+            response.status_code = 200        # DROP only: nothing created
+        return out
 
     @app.get("/streams/{name}", tags=["streams"], responses=_ERR)
     def get_stream(name: str):
@@ -650,8 +676,11 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
         def check():
             state._check_since(since, state._buffer(qid)[1])
         await run_in_threadpool(check)
-        return StreamingResponse(result_events(state, qid, since, limit, request, max_events=max_events),
-                                 media_type="text/event-stream",
+        ev = sse_subscribe(state, qid)                   # 503 past max_sse_clients
+        gen = result_events(state, qid, since, limit, request, max_events=max_events, ev=ev)
+        # a generator never started (client gone before the body) runs no finally: release it when collected
+        weakref.finalize(gen, state.notifier.unsubscribe, ev)
+        return StreamingResponse(gen, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/queries/{qid}/snapshot", tags=["results"], responses=_ERR)

@@ -118,7 +118,12 @@ class BatchIngest:
         if schema is None:
             await loop.run_in_executor(self._executor(), state.schema, name)   # raises not_found
             schema = state.engine.catalog.get(name)
-        body = await read_body(self.limits.max_body_bytes)
+        try:
+            body = await read_body(self.limits.max_body_bytes)
+        except ApiError as exc:             # 408 stalled / 413: refused before its turn; successors fail fast
+            if producer is not None and 400 <= exc.status < 500:
+                state.producers.refuse(*producer)
+            raise
         if producer is None:
             return await self._ingest(schema, body, content_type, None, each=each)
         turn = await state.producers.turn(*producer)              # this producer's batches in sequence order

@@ -82,14 +82,22 @@ def _cmd_serve(args) -> int:
     if not args.max_sequence_wait > 0:
         return fail(f"--max-sequence-wait must be > 0 seconds, got {args.max_sequence_wait}")
     for flag, v in (("--producer-window", args.producer_window), ("--max-producers", args.max_producers),
-                    ("--max-batches-per-request", args.max_batches_per_request)):
+                    ("--max-batches-per-request", args.max_batches_per_request),
+                    ("--max-forgotten-producers", args.max_forgotten_producers),
+                    ("--max-summaries", args.max_summaries), ("--max-header-bytes", args.max_header_bytes),
+                    ("--max-connections", args.max_connections), ("--max-sse-clients", args.max_sse_clients)):
         if v < 1:
             return fail(f"{flag} must be >= 1, got {v}")
+    if args.header_read_timeout is not None and not args.header_read_timeout > 0:
+        return fail(f"--header-read-timeout must be > 0 seconds (or 'none'), got {args.header_read_timeout}")
     limits = Limits(max_retained_rows=args.result_buffer_rows, max_time_jump=args.max_time_jump,
                     summary_roots=roots, max_sequence_wait_s=args.max_sequence_wait,
                     producer_window=args.producer_window, max_producers=args.max_producers,
+                    max_forgotten_producers=args.max_forgotten_producers,
                     max_batches_per_request=args.max_batches_per_request,
-                    body_read_timeout_s=args.body_read_timeout)
+                    body_read_timeout_s=args.body_read_timeout, max_summaries=args.max_summaries,
+                    max_header_bytes=args.max_header_bytes, header_read_timeout_s=args.header_read_timeout,
+                    max_connections=args.max_connections, max_sse_clients=args.max_sse_clients)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
     try:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
@@ -109,7 +117,15 @@ def _cmd_serve(args) -> int:
     sys.setswitchinterval(args.switch_interval)
     # full collections stalled every thread for 20-100 ms (the p99 of result reads): see gcpolicy
     gcpolicy.install()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    try:                         # bounded request heads (431, 408) on uvicorn's httptools parser (not h11)
+        from .httpproto import protocol_class
+        http = protocol_class(limits.max_header_bytes, limits.header_read_timeout_s)
+    except ImportError:          # pragma: no cover (httptools missing)
+        http = "auto"
+        print("sketchql serve: httptools is not installed: request headers are not bounded "
+              "(--max-header-bytes, --header-read-timeout)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                http=http, limit_concurrency=limits.max_connections)
     return 0
 
 
@@ -154,6 +170,19 @@ def register(subparsers) -> None:
     p.add_argument("--max-producers", type=int, default=10_000, metavar="N",
                    help="pipelined ingest: producer ids remembered; past it the least recently used idle one is "
                         "forgotten (default 10000)")
+    p.add_argument("--max-forgotten-producers", type=int, default=100_000, metavar="N",
+                   help="pipelined ingest: forgotten producer ids remembered (their batches: 409 unknown_producer; "
+                        "default 100000)")
+    p.add_argument("--max-summaries", type=int, default=16, metavar="N",
+                   help="summaries, CREATE SUMMARY and /summaries/load together (default 16)")
+    p.add_argument("--max-header-bytes", type=int, default=65_536, metavar="BYTES",
+                   help="bytes of a request's URL and headers (431 past it; default 65536)")
+    p.add_argument("--header-read-timeout", type=_seconds_or_none, default=10.0, metavar="SECONDS",
+                   help="close a connection whose request headers take longer than this (default 10; 'none')")
+    p.add_argument("--max-connections", type=int, default=1_024, metavar="N",
+                   help="concurrent connections + requests in flight (503 past it; default 1024)")
+    p.add_argument("--max-sse-clients", type=int, default=256, metavar="N",
+                   help="concurrent SSE subscribers over all queries (503 past it; default 256)")
     p.add_argument("--max-batches-per-request", type=int, default=64, metavar="N",
                    help="record batches of one X-Arrow-Batches: each request (default 64)")
     p.add_argument("--result-buffer-rows", type=int, default=200_000,

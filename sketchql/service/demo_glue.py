@@ -78,6 +78,19 @@ class FeederState:
         self._state.demo = value
 
 
+def _batches_before(feeder) -> int:
+    """The batches the feeder pushed to reach its position: it pushes each stream's tuples of every
+    slice ``(k w, (k+1) w]`` (``w = speed * tick``; the first slice includes 0) as one batch, so that is
+    the number of distinct slices among the tuples before the position (with the current speed)."""
+    w = feeder.speed * feeder.tick
+    n = 0
+    for pos, d in zip(feeder._pos, feeder._data):
+        t = np.asarray(d[0][:pos], dtype=np.float64)
+        if len(t) and w > 0:
+            n += len(np.unique(np.maximum(np.ceil(t / w) - 1, 0)))
+    return int(n)
+
+
 def make_feeder(state, seed: int = 7, options: dict | None = None) -> DemoFeeder:
     """A set-up feeder: new (declares the demo) or resumed from the data directory."""
     options = dict(options or {})
@@ -100,6 +113,7 @@ def make_feeder(state, seed: int = 7, options: dict | None = None) -> DemoFeeder
         feeder.clock = clock
         feeder._pos = [int(np.searchsorted(d[0], clock, side="right")) for d in feeder._data]
         feeder.pushed = int(sum(state.engine.stream(s).tuples_in for s in DEMO_STREAMS))
+        feeder.batches = _batches_before(feeder)
         state.demo = feeder
         return feeder
     feeder = DemoFeeder(FeederState(state), seed=seed, **options)

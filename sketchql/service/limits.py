@@ -23,11 +23,20 @@ class Limits:
       one is refused at once, a streamed (chunked) one cut at the limit -- 413 either way;
     * ``body_read_timeout_s``: seconds a request body may stall (no bytes arriving)
       before the request is answered 408 and its connection closed (None: no bound);
+    * ``max_header_bytes``: bytes of a request's URL and headers together (431 past it,
+      connection closed);
+    * ``header_read_timeout_s``: seconds a client may take to send a request's URL and
+      headers, from its first byte (the connection is closed past it; None: no bound);
+    * ``max_connections``: concurrent connections plus requests in flight (uvicorn's
+      ``limit_concurrency``: 503 past it);
+    * ``max_sse_clients``: concurrent ``/queries/{id}/stream`` subscribers, all
+      queries together (503 past it);
     * ``max_batch_rows``: rows in one pushed batch;
     * ``max_sql_chars``: length of a SQL text (DDL or query);
     * ``max_streams``: streams + tables declared;
     * ``max_queries``: registered continuous queries;
-    * ``max_summaries``: summaries loaded with ``/summaries/load``;
+    * ``max_summaries``: summaries, those created with DDL ``CREATE SUMMARY`` and those
+      loaded with ``/summaries/load`` together (422 past it, nothing created);
     * ``max_summary_file_bytes``: size of one summary file to load;
     * ``max_results_limit``: the largest ``limit`` of a results/snapshot read
       (``default_results_limit`` when none is given);
@@ -45,6 +54,9 @@ class Limits:
       these directories;
     * ``max_producers``: producer ids of pipelined ingest remembered (the least
       recently used idle one is forgotten past it; :mod:`sketchql.service.producers`);
+    * ``max_forgotten_producers``: forgotten producer ids remembered (persisted), whose
+      later batches are answered 409 ``unknown_producer``; past it the oldest
+      forgotten id is dropped and would be taken for a new producer;
     * ``producer_window``: how many batches a producer's batch may be ahead of
       its next expected one (409 beyond);
     * ``max_sequence_wait_s``: how long a producer's batch waits for the batches
@@ -55,6 +67,10 @@ class Limits:
 
     max_body_bytes: int = 8 * 1024 * 1024
     body_read_timeout_s: Optional[float] = 30.0
+    max_header_bytes: int = 65_536
+    header_read_timeout_s: Optional[float] = 10.0
+    max_connections: int = 1_024
+    max_sse_clients: int = 256
     max_batch_rows: int = 100_000
     max_sql_chars: int = 10_000
     max_streams: int = 64
@@ -68,6 +84,7 @@ class Limits:
     max_time_jump: Optional[float] = 86_400.0
     summary_roots: Optional[tuple] = None
     max_producers: int = 10_000
+    max_forgotten_producers: int = 100_000
     producer_window: int = 64
     max_sequence_wait_s: float = 10.0
     max_batches_per_request: int = 64

@@ -79,9 +79,11 @@ class ErrorBody(_Resp):
 
 
 class DdlReceipt(_Resp):
+    """201 when the statements created something, else 200 (DROP, ALTER); ``dropped``: what DROP removed."""
     ok: bool
     statements: int
     created: List[str]
+    dropped: List[str] = []
 
 
 class BatchPart(_Resp):

@@ -27,9 +27,16 @@ the operation log (each logged batch carries its producer and number) and in
 checkpoints, so after a crash, ``kill -9`` included, a client resending every
 batch it has no 2xx for (same ids and numbers) gets each batch applied exactly
 once.  At most ``max_producers`` producers are remembered; past that the
-least recently used one without a batch in flight is forgotten (its batches
-after that wait for a sequence 0 that will not come: 409 -- use a new
-producer id).
+least recently used one without a batch in flight is forgotten.  Like Kafka's
+``UNKNOWN_PRODUCER_ID``, a forgotten id is itself remembered (in a bounded
+record of ``max_forgotten_producers`` ids, persisted with the table, and fed by
+restarts with a smaller ``max_producers`` too), and any later batch of it is
+answered 409 ``unknown_producer`` at once -- use a new producer id -- so a
+resend of an acknowledged batch of a forgotten producer is never applied a
+second time.  When that record overflows, its oldest id is dropped for good
+(counted in ``forgotten_dropped``): that id would be taken for a new producer
+starting at 0, so producers should never reuse an id (a fresh random id per
+producer session).
 
 Everything but :meth:`Producers.record` / :meth:`Producers.restore` runs on the
 event loop; ``record`` runs under the service's admission lock (on any thread),
@@ -74,7 +81,7 @@ def parse_headers(producer_id, seq):
         raise ApiError(400, "bad_producer", f"X-Producer-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
                        f"got {producer_id[:140]!r}", header="X-Producer-Id")
     s = seq.strip()
-    if not s.isdigit() or len(s) > 19 or int(s) > _MAX_SEQ:
+    if not (s.isascii() and s.isdigit()) or len(s) > 19 or int(s) > _MAX_SEQ:
         raise ApiError(400, "bad_producer", f"X-Producer-Seq must be an integer from 0 to {_MAX_SEQ}, got "
                        f"{seq[:40]!r}", header="X-Producer-Seq")
     return producer_id, int(s)
@@ -108,8 +115,13 @@ class Producers:
     requests waiting for their predecessors (module doc).  ``window``: how far ahead of the next
     expected number a batch may be; ``wait_s``: how long it may wait for its turn."""
 
-    def __init__(self, max_producers: int = 10_000, window: int = 64, wait_s: float = 10.0):
+    def __init__(self, max_producers: int = 10_000, window: int = 64, wait_s: float = 10.0,
+                 max_forgotten: int = 100_000):
         self.max_producers = int(max_producers)
+        self.max_forgotten = int(max_forgotten)
+        self._forgotten: OrderedDict = OrderedDict()   # forgotten ids (oldest first) -> their next expected
+        self.forgotten_dropped = 0        # forgotten ids dropped from the bounded record (would be taken as new)
+        self.unknown = 0                  # batches refused with unknown_producer
         self.window = int(window)
         self.wait_s = float(wait_s)
         self._lock = threading.Lock()
@@ -127,6 +139,12 @@ class Producers:
         deadline = loop.time() + self.wait_s
         while True:
             with self._lock:
+                if producer in self._forgotten:
+                    self.unknown += 1
+                    raise ApiError(409, "unknown_producer", f"producer {producer!r} was forgotten (more than "
+                                   f"max_producers={self.max_producers} producers since its last batch): batch "
+                                   f"{seq} was not applied; start over with a new producer id",
+                                   producer=producer, sequence=seq, limit="max_producers")
                 p = self._get(producer)
                 if seq < p.next:
                     self.duplicates += 1
@@ -175,6 +193,20 @@ class Producers:
             if not fut.done():
                 fut.set_result(None)
 
+    def refuse(self, producer: str, seq: int) -> None:
+        """Batch ``seq`` of ``producer`` was refused before taking its turn (its body: 408, 413): when it
+        is the next expected one and no batch of the producer is being admitted, the later ones waiting
+        fail fast as after any refusal (:meth:`leave` with ``refused``)."""
+        with self._lock:
+            p = self._table.get(producer)
+            if p is None or p.busy or p.next != seq:
+                return
+            p.refused = seq
+            waiters, p.waiters = p.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
     @staticmethod
     def _gap(producer, seq, p, why) -> ApiError:
         return ApiError(409, "sequence_gap", f"producer {producer!r}: batch {seq} was not applied: {why}",
@@ -191,8 +223,7 @@ class Producers:
             if victim is None:
                 raise ApiError(503, "too_many_producers", f"{self.max_producers} producers have batches in flight "
                                f"(max_producers); retry later", limit="max_producers")
-            del self._table[victim]
-            self.evicted += 1
+            self._forget(victim, self._table.pop(victim))
         p = self._table[producer] = _Producer()
         return p
 
@@ -203,8 +234,8 @@ class Producers:
             p = self._table.get(producer)
             if p is None:                     # replay (a request holds its producer's turn: never evicted)
                 if len(self._table) >= self.max_producers:       # never refuses here: the batch is logged
-                    self._table.popitem(last=False)
-                    self.evicted += 1
+                    self._forget(*self._table.popitem(last=False))
+                self._forgotten.pop(producer, None)              # the log is authoritative
                 p = self._table[producer] = _Producer()
             else:
                 self._table.move_to_end(producer)
@@ -216,27 +247,50 @@ class Producers:
             if apply_number is not None:
                 p.apply_number = apply_number
 
+    def _forget(self, producer: str, p: _Producer) -> None:
+        """Move an evicted producer to the bounded record of forgotten ids; under _lock."""
+        self.evicted += 1
+        self._forgotten[producer] = p.next
+        self._forgotten.move_to_end(producer)
+        while len(self._forgotten) > self.max_forgotten:
+            self._forgotten.popitem(last=False)
+            self.forgotten_dropped += 1
+
     def next_seq(self, producer: str):
         with self._lock:
             p = self._table.get(producer)
             return None if p is None else p.next
 
     def snapshot(self) -> dict:
-        """``{producer: next expected}`` (for checkpoints)."""
+        """``{"table": {producer: next expected}, "forgotten": {id: next}, "dropped": n}`` (for checkpoints)."""
         with self._lock:
-            return {k: v.next for k, v in self._table.items()}
+            return {"table": {k: v.next for k, v in self._table.items()},
+                    "forgotten": dict(self._forgotten), "dropped": self.forgotten_dropped}
 
-    def restore(self, table: dict) -> None:
+    def restore(self, snap: dict) -> None:
+        """Load a :meth:`snapshot` (or the plain ``{producer: next}`` table of older checkpoints); producers
+        over the current ``max_producers`` are forgotten (recorded) as evictions are."""
+        snap = snap or {}
+        if "table" not in snap or not isinstance(snap.get("table"), dict):
+            snap = {"table": snap}
         with self._lock:
-            for k, n in (table or {}).items():
+            self.forgotten_dropped = int(snap.get("dropped", 0))
+            for k, n in (snap.get("forgotten") or {}).items():
+                self._forgotten[k] = int(n)
+            while len(self._forgotten) > self.max_forgotten:
+                self._forgotten.popitem(last=False)
+                self.forgotten_dropped += 1
+            for k, n in snap["table"].items():
                 self._table[k] = _Producer(int(n))
                 self._table.move_to_end(k)
+                self._forgotten.pop(k, None)
             while len(self._table) > self.max_producers:
-                self._table.popitem(last=False)
-                self.evicted += 1
+                self._forget(*self._table.popitem(last=False))
 
     def status(self) -> dict:
         with self._lock:
             return {"producers": len(self._table), "max_producers": self.max_producers, "window": self.window,
                     "max_sequence_wait_s": self.wait_s, "duplicates": self.duplicates, "gaps": self.gaps,
-                    "evicted": self.evicted}
+                    "evicted": self.evicted, "forgotten": len(self._forgotten),
+                    "max_forgotten_producers": self.max_forgotten, "forgotten_dropped": self.forgotten_dropped,
+                    "unknown_producer": self.unknown}

@@ -99,6 +99,16 @@ class ResultLog:
         pos = int((ch.sign > 0).sum())
         self.plus += pos
         self.minus += n - pos
+        self._trim()
+
+    def resize(self, max_rows: int) -> None:
+        """Keep at most ``max_rows`` rows from now on (a restart with another buffer size); when shrinking,
+        the oldest rows go at once and a reader that wanted them is told how many it missed."""
+        with self._lock:
+            self.max_rows = int(max_rows)
+            self._trim()
+
+    def _trim(self) -> None:
         while self.total - self.first > self.max_rows:
             start, c = self._chunks[0]
             excess = self.total - self.first - self.max_rows
@@ -154,38 +164,75 @@ class ResultLog:
 
 
 class Notifier:
-    """Wakes asyncio waiters (SSE streams) from any thread when results grew.
+    """Wakes asyncio waiters (SSE streams) from any thread when a query's results grew -- only the
+    subscribers of that query (``key``), with one ``call_soon_threadsafe`` per event loop per
+    notification however many of them there are.  ``max_subscribers`` bounds the subscriptions of all
+    keys together (:meth:`subscribe` returns None past it).
 
     >>> n = Notifier()
     >>> async def main():
-    ...     ev = n.subscribe()
-    ...     n.notify()
-    ...     await asyncio.wait_for(ev.wait(), 1)
-    ...     n.unsubscribe(ev)
-    ...     return True
+    ...     a, b = n.subscribe(1), n.subscribe(2)
+    ...     n.notify([1])
+    ...     await asyncio.wait_for(a.wait(), 1)
+    ...     woken = b.is_set()
+    ...     n.unsubscribe(a); n.unsubscribe(b)
+    ...     return woken, n.count
     >>> asyncio.run(main())
-    True
+    (False, 0)
     """
 
-    def __init__(self):
+    def __init__(self, max_subscribers: int | None = None):
         self._lock = threading.Lock()
-        self._subs: dict = {}            # asyncio.Event -> its loop
+        self._subs: dict = {}            # key -> {asyncio.Event: its loop}
+        self._keys: dict = {}            # asyncio.Event -> key
+        self.max_subscribers = max_subscribers
+        self.refused = 0                 # subscriptions refused past max_subscribers
 
-    def subscribe(self) -> asyncio.Event:
+    @property
+    def count(self) -> int:
+        return len(self._keys)
+
+    def subscribe(self, key=None):
+        """An event set when ``key``'s results grow (or on :meth:`notify` of every key), or None when
+        ``max_subscribers`` are subscribed already.  On the event loop."""
         ev = asyncio.Event()
+        loop = asyncio.get_running_loop()
         with self._lock:
-            self._subs[ev] = asyncio.get_running_loop()
+            if self.max_subscribers is not None and len(self._keys) >= self.max_subscribers:
+                self.refused += 1
+                return None
+            self._subs.setdefault(key, {})[ev] = loop
+            self._keys[ev] = key
         return ev
 
     def unsubscribe(self, ev) -> None:
         with self._lock:
-            self._subs.pop(ev, None)
+            key = self._keys.pop(ev, None)
+            subs = self._subs.get(key)
+            if subs is not None:
+                subs.pop(ev, None)
+                if not subs:
+                    del self._subs[key]
 
-    def notify(self) -> None:
+    def notify(self, keys=None) -> None:
+        """Wake the subscribers of ``keys`` (None: of every key)."""
         with self._lock:
-            subs = list(self._subs.items())
-        for ev, loop in subs:
+            if keys is None:
+                groups = list(self._subs.values())
+            else:
+                groups = [self._subs[k] for k in keys if k in self._subs]
+            by_loop: dict = {}
+            for g in groups:
+                for ev, loop in g.items():
+                    by_loop.setdefault(loop, []).append(ev)
+        for loop, evs in by_loop.items():
             try:
-                loop.call_soon_threadsafe(ev.set)
+                loop.call_soon_threadsafe(_set_all, evs)
             except RuntimeError:          # the loop is closed
-                self.unsubscribe(ev)
+                for ev in evs:
+                    self.unsubscribe(ev)
+
+
+def _set_all(events) -> None:
+    for ev in events:
+        ev.set()

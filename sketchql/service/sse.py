@@ -16,16 +16,22 @@ stream sends ``event: end`` and closes.  A comment line (``: keepalive``) is
 sent after ``keepalive`` seconds without rows.  ``max_events`` (optional)
 closes the stream after that many ``rows`` events.
 
-New rows wake the stream at once (:class:`~sketchql.service.results.Notifier`),
-so delivery latency is the time to serialize the rows, not a polling period.
+New rows of *this* query wake the stream at once
+(:class:`~sketchql.service.results.Notifier`: other queries' results do not), so
+delivery latency is the time to serialize the rows, not a polling period.  At
+most ``max_sse_clients`` streams are open at once, all queries together: the
+route answers 503 ``too_many_sse_clients`` past it (:func:`subscribe`).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from typing import Optional
 
 from starlette.concurrency import run_in_threadpool
+
+from .errors import ApiError
 
 
 def format_event(data: dict, event: str = "rows", id_=None) -> str:
@@ -38,24 +44,86 @@ def format_event(data: dict, event: str = "rows", id_=None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False)}\n\n"
 
 
+def subscribe(state, qid: int):
+    """The stream's subscription to ``qid``'s results (on the event loop, before the response starts),
+    or :class:`ApiError` 503 past ``max_sse_clients``."""
+    ev = state.notifier.subscribe(qid)
+    if ev is None:
+        n = state.limits.max_sse_clients
+        raise ApiError(503, "too_many_sse_clients", f"{n} SSE streams are open (max_sse_clients={n}); retry "
+                       f"later or poll GET /queries/{qid}/results", limit="max_sse_clients", maximum=n)
+    return ev
+
+
+_GONE = object()
+_PAGES = 64            # rendered events kept for the other streams at the same cursor
+
+
+async def _next_event(state, qid: int, cursor: int, limit: int):
+    """``(event text, next cursor)`` of the rows from ``cursor``, None when there are none (nothing new,
+    nothing missed: no thread hop), or ``_GONE``.  The streams of one query woken by the same rows are
+    mostly at the same cursor: the first renders the page (a thread, the JSON), the others take its
+    text (``state._sse_pages``, keyed by query, cursor, limit and the buffer's bounds when looked at).
+    The page may be read a moment after the bounds were looked at; it is then a later, equally valid
+    read of the same cursor."""
+    since = max(int(cursor), 0)
+    log_ = state.logs.get(qid)
+    if log_ is None or not any(q.id == qid for q in state.engine.queries):
+        return _GONE
+    first, total = log_.first, log_.total              # (ints; a stale pair only costs a cache miss)
+    if since >= total and since >= first:
+        return None
+    pages = state.__dict__.setdefault("_sse_pages", OrderedDict())
+    key = (qid, since, limit, first, total)
+    fut = pages.get(key)
+    if fut is not None:
+        try:
+            return await asyncio.shield(fut)
+        except Exception:
+            pass                                          # the renderer failed: read on our own
+    else:
+        fut = pages[key] = asyncio.get_running_loop().create_future()
+        while len(pages) > _PAGES:
+            pages.popitem(last=False)
+    try:
+        page = await run_in_threadpool(state.read_for_stream, qid, since, limit)
+        if page is None:
+            out = _GONE
+        elif page["rows"] or page["missed"]:
+            body = {"query": qid, "since": page["since"], "next": page["next"], "missed": page["missed"],
+                    "available": page["available"], "rows": page["rows"]}
+            out = (format_event(body, id_=page["next"]), page["next"])
+        else:
+            out = None
+    except BaseException as exc:
+        if not fut.done():
+            pages.pop(key, None)
+            fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+            fut.exception()                               # (retrieved: no "never retrieved" warning)
+        raise
+    if not fut.done():
+        fut.set_result(out)
+    return out
+
+
 async def result_events(state, qid: int, cursor: int, limit: int, request, keepalive: float = 15.0,
-                        max_events: Optional[int] = None):
-    """The async generator behind the SSE response (see the module docstring)."""
-    ev = state.notifier.subscribe()
+                        max_events: Optional[int] = None, ev=None):
+    """The async generator behind the SSE response (see the module docstring); ``ev``: its
+    :func:`subscribe` (taken here when None), released when the generator ends."""
+    if ev is None:
+        ev = subscribe(state, qid)
     sent = 0
     try:
         yield "retry: 1000\n\n"
         while True:
             ev.clear()
-            page = await run_in_threadpool(state.read_for_stream, qid, cursor, limit)
-            if page is None:
+            event = await _next_event(state, qid, cursor, limit)
+            if event is _GONE:
                 yield format_event({"query": qid, "reason": "the query was deleted"}, event="end")
                 return
-            if page["rows"] or page["missed"]:
-                body = {"query": qid, "since": page["since"], "next": page["next"], "missed": page["missed"],
-                        "available": page["available"], "rows": page["rows"]}
-                yield format_event(body, id_=page["next"])
-                cursor = page["next"]
+            if event is not None:
+                text, cursor = event
+                yield text
                 sent += 1
                 if max_events is not None and sent >= max_events:
                     return

@@ -89,7 +89,7 @@ class ServiceState:
         self._admit_clock: dict = {}                # stream -> latest time admitted (applied or queued)
         # pipelined ingest: next expected sequence number per producer (updated under admit_lock with the log)
         self.producers = Producers(self.limits.max_producers, self.limits.producer_window,
-                                   self.limits.max_sequence_wait_s)
+                                   self.limits.max_sequence_wait_s, self.limits.max_forgotten_producers)
         self.logs: dict[int, ResultLog] = {}
         self.summaries = SummaryRegistry(self.limits.max_summaries, self.limits.max_summary_file_bytes,
                                          self.limits.summary_roots)
@@ -102,7 +102,7 @@ class ServiceState:
         self.demo = None
         self.store = store
         self.auth = auth
-        self.notifier = Notifier()
+        self.notifier = Notifier(self.limits.max_sse_clients)
         self.replaying = False
         self.recovery: dict | None = None
         # engine seconds spent on logged operations since the last checkpoint: what a restart would replay
@@ -136,13 +136,14 @@ class ServiceState:
 
     def _collect_all(self) -> None:
         """Drain every query's new changes into its buffer (after each operation, under the lock)."""
-        grew = False
+        grew = []
         for q in self.engine.queries:
             log_ = self._collect(q)
-            grew = grew or log_.total != getattr(log_, "_seen", -1)
-            log_._seen = log_.total
+            if log_.total != getattr(log_, "_seen", -1):
+                grew.append(q.id)
+                log_._seen = log_.total
         if grew and not self.replaying:
-            self.notifier.notify()
+            self.notifier.notify(grew)        # only the SSE clients of the queries that grew
 
     # -- streams -------------------------------------------------------------------
     def _schema(self, name: str):
@@ -166,7 +167,7 @@ class ServiceState:
                 stmts = parse(sql)
             except SketchQLError as exc:
                 raise from_exception(exc) from None
-            created = []
+            created, dropped = [], []
             for s in stmts:
                 kind = type(s).__name__
                 pos = getattr(s, "pos", (None, None)) or (None, None)
@@ -180,11 +181,19 @@ class ServiceState:
                                    line=pos[0], column=pos[1])
                 if kind in ("CreateStream", "CreateTable", "CreateSummary"):
                     created.append(s.name)
+                elif kind == "Drop":
+                    dropped.append(s.name)
             n_rel = len(self.engine.catalog.streams) + len(self.engine.catalog.tables)
             n_new = sum(type(s).__name__ in ("CreateStream", "CreateTable") for s in stmts)
             if n_rel + n_new > self.limits.max_streams:
                 raise limit_exceeded(422, "max_streams", n_rel + n_new, self.limits.max_streams,
                                      "declared streams and tables")
+            n_sum = len(self.engine.catalog.summaries) + len(self.summaries.entries)
+            n_new = sum(type(s).__name__ == "CreateSummary" for s in stmts)
+            if n_new and n_sum + n_new > self.limits.max_summaries:
+                raise limit_exceeded(422, "max_summaries", n_sum + n_new, self.limits.max_summaries,
+                                     "summaries, created and loaded together (nothing was created; "
+                                     "DROP SUMMARY or DELETE /summaries/{name} one first)")
             applied, err = self._apply_ddl(stmts, sql)
             seq = self._log("ddl", {"sql": sql, "n": applied}) if applied else None
             if applied:
@@ -199,7 +208,7 @@ class ServiceState:
                                f"were applied and stay)"
                 api.fields["applied_statements"] = applied
             raise api
-        return {"ok": True, "statements": len(stmts), "created": created}
+        return {"ok": True, "statements": len(stmts), "created": created, "dropped": dropped}
 
     def _apply_ddl(self, stmts, sql, n=None):
         """Apply the first ``n`` (all) statements one by one: ``(applied, error or None)``."""
@@ -461,11 +470,24 @@ class ServiceState:
         if isinstance(item, _AdmittedGroup):
             for b, _ in item.batches:             # each its own push, as if it had come alone
                 self.engine.push(item.stream, b, validated=True)
+                self._clock_to(item.stream, b.ts)
                 self._collect_all()
         else:
             self.engine.push(item.stream, item.columns, validated=item.validated)
+            if item.validated:
+                self._clock_to(item.stream, item.columns.ts)
             self._collect_all()
         self.replay_cost_s += time.perf_counter() - t0
+
+    def _clock_to(self, stream: str, ts) -> None:
+        """Bring the stream's clock to the latest time of a batch it accepted when load shedding dropped
+        that batch's last rows (the engine's clock follows the kept rows only): the receipt, and the
+        admission of the next batches, took the whole batch's time as the clock.  A heartbeat, so the
+        queries' windows move with it; replay does the same."""
+        if len(ts):
+            t = float(np.max(ts))
+            if np.isfinite(t) and t > self.engine.stream(stream).clock:
+                self.engine.heartbeat(stream, t)
 
     def _apply_failed(self, item, exc) -> None:
         self._count_reject(item.stream, item.n, "apply_error")
@@ -498,6 +520,10 @@ class ServiceState:
                 raise from_exception(exc, stream=schema.name) from None
             if producer is not None:
                 self.producers.record(producer[0], producer[1], seq)
+            if not schema.is_table and not self.engine.input_buffered(schema.name):
+                tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
+                if tcol is not None:
+                    self._clock_to(schema.name, np.asarray(columns[tcol], dtype=np.float64))
             self._collect_all()
             self.replay_cost_s += time.perf_counter() - t0
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
@@ -617,6 +643,7 @@ class ServiceState:
                 raise ApiError(500, "internal_error", f"registering the query failed inside the engine "
                                f"({type(exc).__name__}: {exc}); nothing was registered") from None
             self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
             seq = self._log("register", {"sql": sql, "id": q.id})
             if self.store is not None:
                 self.store.set_meta("max_query_id", max(q.id, int(self.store.get_meta("max_query_id", 0) or 0)))
@@ -629,11 +656,21 @@ class ServiceState:
         log_ = self.logs.get(q.id)
         if log_ is None:
             log_ = self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
         batches = q.poll()
         log_.skip(getattr(batches, "missed", 0))
         for ch in batches:
             log_.append(ch)
         return log_
+
+    def _fit_retention(self, q) -> None:
+        """Keep the engine's change log of ``q`` (its ``retain_changes`` knob) at least as long as the
+        query's result buffer: the engine trims it when one operation makes more rows than that, before
+        the service collects them, and those rows would be lost although the buffer has room."""
+        log_ = self.logs.get(q.id)
+        r = getattr(q, "retain_changes", None)
+        if log_ is not None and r is not None and r < log_.max_rows:
+            self.engine.controls.set("query", f"q{q.id}", "retain_changes", log_.max_rows)
 
     def collect_all(self):
         with self.lock:
@@ -675,7 +712,7 @@ class ServiceState:
             self.logs.pop(qid, None)
             seq = self._log("deregister", {"id": qid})
         gcpolicy.release()                      # the query's plan may hold reference cycles
-        self.notifier.notify()
+        self.notifier.notify([qid])             # its SSE clients end
         self.wait_durable(seq)
         return {"ok": True, "deleted": qid}
 
@@ -693,10 +730,19 @@ class ServiceState:
             raise ApiError(404, "not_found", str(exc), kind=kind, name=name) from None
         for knob, value in values.items():
             try:
-                table.knob(knob).coerce(value, where=f"{kind} {table.name}")
+                v = table.knob(knob).coerce(value, where=f"{kind} {table.name}")
             except (ControlError, SketchQLError, KeyError) as exc:
                 raise ApiError(422, "bad_control", str(exc).strip("'\""), kind=kind, name=table.name, knob=knob) \
                     from None
+            if kind == "query" and knob == "retain_changes" and v is not None:
+                q = next((x for x in self.engine.queries if f"q{x.id}" == table.name), None)
+                log_ = None if q is None else self.logs.get(q.id)
+                if log_ is not None and v < log_.max_rows:
+                    raise ApiError(422, "bad_control", f"query {table.name}: retain_changes={v:g} is below the "
+                                   f"query's result buffer of {log_.max_rows} rows (--result-buffer-rows): the "
+                                   f"engine would drop rows of a large operation before the service collects "
+                                   f"them; set at least {log_.max_rows} (or null: unbounded)", kind=kind,
+                                   name=table.name, knob=knob, minimum=log_.max_rows)
         applied, seq = {}, None
         for knob, value in values.items():
             try:
@@ -931,6 +977,10 @@ class ServiceState:
             if ix is None:
                 raise ApiError(422, "bad_parameter", f"summary {d.name!r} has no attribute {attr!r} "
                                f"(has {list(d.index)})", parameter="attr")
+            schema = self.engine.catalog.get(d.stream)
+            ctype = None if schema is None else next((t for c, t in schema.columns.items()
+                                                      if c.lower() == str(attr).lower()), None)
+            values = _values_for(values, ctype, d.name, attr)
             feed = getattr(self.engine, "index_feed", None)    # tuples a PT join's index has not ingested yet
             out = estimate_summary(feed.reader(ix) if feed is not None else ix, d.name, values, t_from, t_to,
                                    confidence)
@@ -1019,6 +1069,12 @@ class ServiceState:
             finally:
                 self.replaying = False
             reserve_query_ids(self.engine, int(self.store.get_meta("max_query_id", 0) or 0) + 1)
+            for q in self.engine.queries:     # the current --result-buffer-rows, whatever the checkpoint had
+                log_ = self.logs.get(q.id)
+                if log_ is not None and log_.max_rows != self.limits.max_retained_rows:
+                    info.setdefault("resized_buffers", {})[q.id] = [log_.max_rows, self.limits.max_retained_rows]
+                    log_.resize(self.limits.max_retained_rows)
+                self._fit_retention(q)
         info["seconds"] = time.perf_counter() - t0        # checkpoint load + replay of the log's tail
         self.recovery = info
         return info
@@ -1036,8 +1092,12 @@ class ServiceState:
                 self.producers.record(m["producer"], int(m["pseq"]), op.seq)
             if m.get("each") is not None:     # X-Arrow-Batches: each -- so many pushes, in order
                 from .ingest import parse_arrow_batches
-                for cols, _ in parse_arrow_batches(op.payload, self._schema(m["stream"]), 1 << 62, 1 << 62):
+                schema = self._schema(m["stream"])
+                for cols, _ in parse_arrow_batches(op.payload, schema, 1 << 62, 1 << 62):
                     self.engine.push(m["stream"], cols)
+                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
+                    if tcol is not None:
+                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
                     self._collect_all()
             else:
                 if m.get("format") == "arrow":
@@ -1046,6 +1106,11 @@ class ServiceState:
                 else:
                     cols = decode_columns(op.payload)
                 self.engine.push(m["stream"], cols)
+                schema = self.engine.catalog.get(m["stream"])
+                if schema is not None and not schema.is_table and not self.engine.input_buffered(schema.name):
+                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
+                    if tcol is not None:
+                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
@@ -1056,6 +1121,7 @@ class ServiceState:
             set_next_query_id(self.engine, m["id"])
             q = self.engine.register(m["sql"])
             self.logs[q.id] = ResultLog(q.names, self.limits.max_retained_rows)
+            self._fit_retention(q)
         elif op.kind == "deregister":
             q = next((x for x in self.engine.queries if x.id == m["id"]), None)
             if q is not None:
@@ -1065,7 +1131,7 @@ class ServiceState:
             self.engine.controls.set(m["kind"], m["name"], m["knob"], m["value"])
         elif op.kind == "summary_load":
             reserved = list(self.live_summaries())
-            self.summaries.load(m["path"], m.get("name"), m.get("as"), reserved=reserved)
+            self.summaries.load(m["path"], m.get("name"), m.get("as"), reserved=reserved, check_limit=False)
         elif op.kind == "summary_unload":
             if m["name"] in self.summaries.entries:
                 self.summaries.unload(m["name"])
@@ -1096,6 +1162,21 @@ class _AdmittedGroup:
 
     def describe(self) -> str:
         return f"stream {self.stream}, {len(self.batches)} batches, {self.n} rows, log seq {self.seq}"
+
+
+def _values_for(values, ctype, summary, attr):
+    """Estimate values checked against the attribute's column type (``int`` / ``float`` / ``str`` / ``bool``):
+    a value the column cannot hold (``abc`` or ``1e400`` for an INT) is a 422, not an estimate of 0."""
+    if ctype not in ("int", "float"):
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                (ctype == "int" and not isinstance(v, int)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ApiError(422, "bad_parameter", f"summary {summary!r}: attribute {attr!r} is {ctype.upper()}, "
+                           f"value {v!r} is not one", parameter="value", value=str(v))
+        out.append(v)
+    return out
 
 
 def _clean(x, drop=()):

@@ -91,7 +91,8 @@ class SummaryRegistry:
                             f"give a .sqs file or a summary store directory", path)
         return "file", real
 
-    def load(self, path, name: str | None = None, as_name: str | None = None, reserved=()) -> dict:
+    def load(self, path, name: str | None = None, as_name: str | None = None, reserved=(),
+             check_limit: bool = True) -> dict:
         from ..errors import SketchQLError
         from ..spark.summary_file import decode_summary
 
@@ -120,9 +121,10 @@ class SummaryRegistry:
         if reg.lower() in {r.lower() for r in reserved}:
             raise ApiError(409, "name_conflict", f"a live summary is already called {reg!r}; load this one "
                            f"under another name with \"as\"", name=reg)
-        if reg not in self.entries and len(self.entries) >= self.max_summaries:
-            raise limit_exceeded(422, "max_summaries", len(self.entries) + 1, self.max_summaries,
-                                 "loaded summaries (DELETE /summaries/{name} one first)")
+        have = len(self.entries) + len(reserved)     # ``reserved``: the live (CREATE SUMMARY) ones count too
+        if check_limit and reg not in self.entries and have >= self.max_summaries:
+            raise limit_exceeded(422, "max_summaries", have + 1, self.max_summaries,
+                                 "summaries, created and loaded together (DELETE /summaries/{name} one first)")
         self.entries[reg] = {"summary": obj, "meta": meta, "source": str(path)}
         return self.describe(reg)
 
