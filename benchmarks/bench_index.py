@@ -388,8 +388,11 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   1.28/1.35/1.28/1.28; with (19), load 2.8-3.2: 4.43/4.92/4.27 -> 5.57/9.04/5.20 (the 9.04: T1
   scan's calls preempted), default stream 1.04/1.03/0.99 -> 1.17/1.29/1.09; load 3.3-5.0, where the
   wall ratio swings 1.8-10.4, in CPU time 4.49/3.83/4.02/4.70/4.70/4.81 -> 4.27/4.65/5.03/5.24/5.94/5.07.
-  60k and T4's ingest unchanged within their noise.  5x at 6k: reached in the quieter runs (T4 ~2.6
-  ns per output against T1 scan ~14), not with a margin that survives a load of 4-5.
+  Quiet, load 0.8-1.7, 4 pairs: t_hit_ratio_6k 4.84/5.11/4.91/4.33 -> 5.74/5.72/5.54/5.34 (CPU
+  4.86/5.13/4.92/4.35 -> 5.77/5.75/5.56/5.36), default stream 1.18/1.26/1.25/1.21 -> 1.37/1.32/1.23/1.30,
+  60k 6.96/6.81/8.50/6.22 -> 8.06/8.01/6.10/8.42, T4 ingest 7.3-7.5M -> 7.0-7.5M tuples/s.  5x at 6k:
+  reached in every run at load <= ~3 (T4 ~2.5-2.6 ns per output against T1 scan ~14); at a load of
+  4-5 the wall ratio swings too much to call, the CPU-time ratio stays ~4.3-5.9.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
