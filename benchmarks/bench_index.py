@@ -373,7 +373,9 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   tests require to be identical -- left to a decision on the API); every key a group (singletons
   through the branch-free shared scan: 815/825 -> 852); branch-free region emission in the descent
   (826/851 -> 890); copies in blocks of 8 with overshoot (warm 1.22 -> 1.92 ns per output: numba's
-  loop over uint64 blocks did not vectorize).  Where in situ time is now (per 6 calls, load ~3, the
+  loop over uint64 blocks did not vectorize); the kernel's 13 scratch allocations per call merged
+  into 6 (13 allocations cost ~2.4 us per call in situ when timed alone; in the kernel: 1054/1086 vs
+  1104 us per 6 calls at load ~5, none).  Where in situ time is now (per 6 calls, load ~3, the
   kernel split by variants of it): whole calls ~1076 us = kernel ~852 (dispatch and the deferred hot
   refresh ~31, hashing + key groups + descent ~256, matching and writing ~565) + Python around it and
   the view's structural refresh ~175-225 (the Python is ~16 us per call in ~10 pieces of 0.5-2 us,
