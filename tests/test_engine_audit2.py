@@ -1,0 +1,144 @@
+"""Engine defects of the second user audit (issue 12): knob writes validated at write time (D3),
+snapshots past the query clock (D7), the per-step result-row cap (D10)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from sketchql.control import ControlError
+from sketchql.engine import Engine
+from sketchql.errors import SketchQLError
+
+
+# ----------------------------------------------------------------------------- D3: knob domains
+def _stream_engine():
+    eng = Engine()
+    eng.execute("CREATE STREAM A (k INT, v DOUBLE, s VARCHAR) TIMESTAMP ts")
+    return eng
+
+
+def _rows(n, t0, rng):
+    return {"ts": np.sort(t0 + rng.random(n) * 5), "k": rng.integers(0, 50, n), "v": rng.normal(size=n),
+            "s": np.array([f"x{j % 7}" for j in range(n)], dtype=object)}
+
+
+def test_shed_key_must_name_a_column_and_is_refused_at_write_time():
+    eng = _stream_engine()
+    q = eng.register("SELECT COUNT(*) AS n FROM A [UNBOUNDED]")
+    eng.controls.set("stream", "A", "shed_rate", 0.5)
+    with pytest.raises(ControlError) as ei:
+        eng.controls.set("stream", "A", "shed_key", "nonexistent")
+    msg = str(ei.value)
+    assert "shed_key" in msg and all(repr(c) in msg for c in ("k", "v", "s", "ts")), msg
+    assert isinstance(ei.value, SketchQLError)
+    with pytest.raises(ControlError):                      # the stream's own API too
+        eng.stream("A").set_knob("shed_key", "nonexistent")
+    assert eng.stream("A").knobs()["shed_key"] is None     # unchanged
+    eng.push("A", _rows(100, 0.0, np.random.default_rng(0)))   # and a push still works
+    assert 0 < int(q.snapshot()["n"].iloc[0]) < 100
+    t = eng.controls.get("stream", "A").knobs["shed_key"]
+    assert t.kind == "choice" and set(t.choices) == {"k", "v", "s", "ts"} and t.nullable
+
+
+def test_shed_key_in_another_case_is_the_column_and_sheds_whole_values():
+    eng = _stream_engine()
+    q = eng.register("SELECT k FROM A [UNBOUNDED]")
+    assert eng.controls.set("stream", "A", "shed_key", "K") == "k"
+    eng.controls.set("stream", "A", "shed_rate", 0.5)
+    rng = np.random.default_rng(1)
+    sent = []
+    for i in range(4):
+        b = _rows(500, 10.0 * i, rng)
+        sent.append(b["k"])
+        eng.push("A", b)
+    sent = np.concatenate(sent)
+    got = q.results()["k"].to_numpy()
+    kept = set(got.tolist())
+    assert 0 < len(kept) < len(set(sent.tolist()))
+    # whole values: every row of a kept value is there, none of a dropped one (brute force)
+    assert sorted(got.tolist()) == sorted(x for x in sent.tolist() if x in kept)
+
+
+def test_http_patch_of_an_unknown_shed_key_is_422_and_changes_nothing():
+    from test_service_helpers import client
+    with client() as c:
+        assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts"}).status_code == 201
+        qid = c.post("/queries", json={"sql": "SELECT COUNT(*) AS n FROM A [UNBOUNDED]"}).json()["id"]
+        r = c.patch("/control/stream/A", json={"shed_rate": 0.5, "shed_key": "nonexistent"})
+        assert r.status_code == 422, r.text
+        assert "'k', 'v', 'ts'" in r.json()["error"]["message"]
+        knobs = c.get("/control/stream/A").json()["knobs"]
+        assert knobs["shed_rate"]["value"] == 0.0 and knobs["shed_key"]["value"] is None   # all or nothing
+        r = c.post("/streams/A/batches", json={"rows": [{"ts": 1.0, "k": 1, "v": 1.0}] * 10})
+        assert r.status_code == 200, r.text
+        assert c.get("/health").json()["status"] == "ok"
+        assert c.get(f"/queries/{qid}/snapshot").json()["rows"] == [{"n": 10}]
+
+
+def _domain_values(k):
+    if k.kind == "choice":
+        vs = list(k.choices)
+    elif k.kind == "bool":
+        vs = [False, True]
+    elif k.kind in ("float", "int"):
+        lo = 0.0 if k.lo is None else k.lo
+        step = 1 if k.kind == "int" else 1e-3
+        vs = [lo + step if k.lo_open else lo, (k.hi - (step if k.hi_open else 0)) if k.hi is not None else lo + 7]
+    else:
+        vs = ["k", "nope"]
+    return vs + ([None] if k.nullable else [])
+
+
+def test_no_knob_write_that_passes_validation_makes_a_later_push_fail():
+    """Every settable knob of every entity, set to values of its domain one after the other (shedding
+    on, so the shedding knobs act), each followed by pushes and a heartbeat: a write is either refused
+    (SketchQLError) or every later push, heartbeat and read succeeds."""
+    warnings.simplefilter("ignore")
+    eng = Engine()
+    eng.execute("CREATE STREAM A (k INT, v DOUBLE, s VARCHAR) TIMESTAMP ts; "
+                "CREATE STREAM B (k INT, w DOUBLE) TIMESTAMP ts; "
+                "CREATE SUMMARY sa ON A (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 3); "
+                "CREATE SUMMARY sb ON B (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 3)")
+    for sql in ["SELECT COUNT(*) AS n FROM A [UNBOUNDED]",
+                "SELECT a.v, b.w FROM A [RANGE 10] a, B [RANGE 10] b WHERE a.k = b.k",
+                "SELECT a.v, b.w FROM A [RANGE 10] a, B [RANGE 10] b WHERE a.k = b.k "
+                "WITH PREFERENCE desc SUMMARY.Estimate.Count(a.k), SUMMARY.Estimate.Count(b.k)",
+                "SELECT k, SUM(v) AS s FROM A [RANGE 10] GROUP BY k WITH ERROR 0.1 CONFIDENCE 0.9",
+                "SELECT COUNT(DISTINCT k) AS d FROM A [RANGE 10] WITH ERROR 0.1",
+                "SELECT s, COUNT(*) AS n FROM A [RANGE 5] GROUP BY s"]:
+        eng.register(sql)
+    rng = np.random.default_rng(2)
+    t = [0.0]
+
+    def feed(read=False):
+        n = 30
+        ts = np.sort(t[0] + rng.random(n) * 2)
+        eng.push("A", {"ts": ts, "k": rng.integers(0, 10, n), "v": rng.normal(size=n),
+                       "s": np.array([f"x{j % 7}" for j in range(n)], dtype=object)})
+        eng.push("B", {"ts": ts, "k": rng.integers(0, 10, n), "w": rng.normal(size=n)})
+        t[0] += 3
+        eng.heartbeat("A", t[0]), eng.heartbeat("B", t[0])
+        for q in eng.queries:
+            q.poll()
+            if read:
+                q.snapshot()
+
+    feed()
+    eng.controls.set("stream", "A", "shed_rate", 0.5)
+    writes = refused = 0
+    for tab in eng.controls.tables():
+        for name, k in tab.knobs.items():
+            if not k.settable or name in ("slack", "late_policy"):   # out-of-order input: test_out_of_order
+                continue
+            for v in _domain_values(k):
+                try:
+                    eng.controls.set(tab.kind, tab.name, name, v)
+                    writes += 1
+                except SketchQLError:
+                    refused += 1
+                    continue
+                feed()               # must not raise
+    feed(read=True)
+    assert writes > 50 and refused >= 1
