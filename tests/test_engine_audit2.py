@@ -142,3 +142,62 @@ def test_no_knob_write_that_passes_validation_makes_a_later_push_fail():
                 feed()               # must not raise
     feed(read=True)
     assert writes > 50 and refused >= 1
+
+
+# ----------------------------------------------------------------------------- D7: snapshots past the clock
+def test_snapshot_past_the_query_clock_is_refused_and_equal_to_brute_force_up_to_it():
+    from sketchql.engine import SnapshotPastClock
+    eng = Engine()
+    eng.execute("CREATE STREAM P (k INT) TIMESTAMP ts")
+    q = eng.register("SELECT k, COUNT(*) AS n FROM P [RANGE 10] GROUP BY k")
+    eng.push("P", {"ts": [1.0, 2.0], "k": [1, 2]})
+    assert q.clock == 2.0
+    for at in (2.0000001, 1000.0, 1e308, float("inf"), float("nan")):
+        with pytest.raises(SnapshotPastClock) as ei:
+            q.snapshot(at)
+        assert "past the query clock 2" in str(ei.value) and "up to the clock" in str(ei.value)
+        assert isinstance(ei.value, SketchQLError)
+    eng.heartbeat("P", 1000.0)
+
+    def brute(t):      # window (t - 10, t]: the groups of the tuples inside it
+        rows = [(1.0, 1), (2.0, 2)]
+        c = {}
+        for ts, k in rows:
+            if t - 10 < ts <= t:
+                c[k] = c.get(k, 0) + 1
+        return sorted(c.items())
+
+    for at in (1.0, 2.0, 5.0, 11.0, 11.5, 12.0, 500.0, 1000.0):
+        df = q.snapshot(at)
+        assert sorted(zip(df["k"].tolist(), df["n"].tolist())) == brute(at), at
+    assert q.snapshot().equals(q.snapshot(1000.0))
+
+
+def test_http_snapshot_past_the_clock_is_a_client_error_naming_the_clock():
+    from test_service_helpers import client
+    with client() as c:
+        assert c.post("/streams", json={"sql": "CREATE STREAM P (k INT) TIMESTAMP ts"}).status_code == 201
+        qid = c.post("/queries", json={"sql": "SELECT k, COUNT(*) AS n FROM P [RANGE 10] GROUP BY k"}).json()["id"]
+        assert c.post("/streams/P/batches", json={"rows": [{"ts": 1, "k": 1}, {"ts": 2, "k": 2}]}).status_code == 200
+        assert len(c.get(f"/queries/{qid}/snapshot", params={"at": 2}).json()["rows"]) == 2
+        r = c.get(f"/queries/{qid}/snapshot", params={"at": 1000})
+        # 4xx (the service maps SketchQLError to 400; 422 once it maps SnapshotPastClock)
+        assert r.status_code in (400, 422), r.text
+        assert "at=1000 is past the query clock 2" in r.json()["error"]["message"]
+        assert c.post("/streams/P/heartbeat", json={"ts": 1000}).status_code == 200
+        assert c.get(f"/queries/{qid}/snapshot", params={"at": 1000}).json()["rows"] == []
+
+
+def test_a_shed_batch_still_moves_the_stream_clock_to_its_last_timestamp():
+    eng = _stream_engine()
+    q = eng.register("SELECT COUNT(*) AS n FROM A [UNBOUNDED]")
+    eng.controls.set("stream", "A", "shed_rate", 0.9)
+    rng = np.random.default_rng(3)
+    kept_short = 0
+    for i in range(20):
+        b = _rows(3, 10.0 * i, rng)
+        eng.push("A", b)
+        assert eng.stream("A").clock == b["ts"].max()          # the pushed batch's time, shed or not
+        assert q.clock == b["ts"].max()
+        kept_short += eng.stream("A").tuples_kept < eng.stream("A").tuples_in
+    assert kept_short                     # (some tuples were shed)

@@ -446,13 +446,14 @@ class Engine:
         stream's indexes, move the clock, then the shared subplans and the queries."""
         h.tuples_in += len(b)
         h._observe(b)
+        last_ts = float(b.ts[-1]) if len(b) else -np.inf
         b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
         for decl in self.catalog.summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
             self.index_feed.accept(decl, b, first_row)
-        if len(b):
-            h.clock = max(h.clock, float(b.ts[-1]))
+        # the clock follows the batch as pushed: tuples sampled or shed away still say time passed
+        h.clock = max(h.clock, last_ts)
         if h._slack is not None:                # nothing older than the watermark reaches the queries
             h.clock = max(h.clock, h._slack.watermark)
         if self.constraints.items and len(b):

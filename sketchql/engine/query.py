@@ -13,7 +13,7 @@ from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
 from ..planner.explain import explain_plan
 from ..planner.plan import Plan, PlanNode
-from .errors import HistoryUnavailable
+from .errors import HistoryUnavailable, SnapshotPastClock
 from .relation import _Relation, _row_keys
 
 
@@ -310,9 +310,16 @@ class Query:
     def snapshot(self, t: Optional[float] = None):
         """The result relation at time ``t`` (default: the query clock), a DataFrame.
 
-        Exact for any t >= :attr:`snapshot_from`; an older t raises :class:`HistoryUnavailable`.
+        Defined for :attr:`snapshot_from` <= t <= clock: an older t raises :class:`HistoryUnavailable`,
+        a t past the clock :class:`SnapshotPastClock` (R(t) for t > clock depends on tuples and
+        expirations the query has not seen yet: a window's rows expire at ts + range whether or not
+        anything arrives, so R(clock) labelled t would be wrong).
         """
         t = self.clock if t is None else float(t)
+        if t > self.clock or t != t:
+            raise SnapshotPastClock(
+                f"query {self.id}: at={t:g} is past the query clock {self.clock:g}; snapshots are defined up "
+                f"to the clock (a heartbeat of the query's streams moves it)")
         if t >= self._last_at:
             return snapshot(self._live.as_changes(self.names), t, columns=self.names)
         if t >= self._base_at:
