@@ -201,3 +201,177 @@ def test_a_shed_batch_still_moves_the_stream_clock_to_its_last_timestamp():
         assert q.clock == b["ts"].max()
         kept_short += eng.stream("A").tuples_kept < eng.stream("A").tuples_in
     assert kept_short                     # (some tuples were shed)
+
+
+# ----------------------------------------------------------------------------- D10: rows per step
+SELF_JOIN = "SELECT a1.v AS x, a2.v AS y FROM A [RANGE 1000] a1, A [RANGE 1000] a2 WHERE a1.k = a2.k"
+
+
+def _d10_batches(n_big=3000):
+    """Small batches of spread keys, then one batch of ``n_big`` tuples of one key whose self-join
+    explodes (n² pairs), then small ones again."""
+    rng = np.random.default_rng(7)
+    out = []
+    for i in range(4):
+        n = 50
+        out.append({"ts": np.sort(10.0 * i + rng.random(n)), "k": rng.integers(0, 40, n),
+                    "v": np.round(rng.random(n), 4)})
+    n = n_big
+    out.append({"ts": 45.0 + np.arange(n) * 1e-6, "k": np.full(n, 7), "v": np.round(rng.random(n), 4)})
+    for i in range(3):
+        out.append({"ts": np.sort(50.0 + 10.0 * i + rng.random(20)), "k": rng.integers(0, 40, 20),
+                    "v": np.round(rng.random(20), 4)})
+    return out
+
+
+def _brute_join(batches, t):
+    """The self-join's live pairs at time t: both tuples inside the window (t - 1000, t]."""
+    rows = [(ts, k, v) for b in batches for ts, k, v in zip(b["ts"], b["k"], b["v"]) if t - 1000 < ts <= t]
+    return sorted((v1, v2) for _, k1, v1 in rows for _, k2, v2 in rows if k1 == k2)
+
+
+def _d10_engine():
+    eng = Engine(seed=3)
+    eng.execute("CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts")
+    j = eng.register(SELF_JOIN)
+    c = eng.register("SELECT COUNT(*) AS n, SUM(v) AS s FROM A [UNBOUNDED]")
+    sel = eng.register("SELECT k, v FROM A [RANGE 1000] WHERE k >= 0")
+    return eng, j, c, sel
+
+
+def _pairs(df):
+    return sorted(zip(df["x"].tolist(), df["y"].tolist()))
+
+
+def test_a_step_over_the_row_cap_fails_that_query_only_and_cleanly():
+    import tracemalloc
+    eng, j, c, sel = _d10_engine()
+    assert eng.controls.get("engine", "engine").knobs["max_rows_per_step"].value == 2_000_000
+    bs = _d10_batches()
+    for b in bs[:4]:
+        eng.push("A", b)
+    assert j.state == "active" and _pairs(j.snapshot()) == _brute_join(bs[:4], 31.0)
+    before = j.clock
+    tracemalloc.start()
+    eng.push("A", bs[4])                       # 3000² = 9,000,000 pairs > 2,000,000
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 30e6, peak                   # counted, not built (9M pairs would be ~300 MB)
+    assert j.state == "failed" and not j.active
+    assert "max_rows_per_step = 2,000,000" in j.failed and "9,0" in j.failed and "t=45" in j.failed
+    assert j.fail_rows > 2_000_000 and j.fail_cap == 2_000_000
+    st = eng.controls.get("query", "q1").stats
+    assert st["state"] == "failed" and st["error"] == j.failed
+    # its results up to the step before stay readable (and snapshots past its clock are refused)
+    assert j.clock == before and _pairs(j.snapshot()) == _brute_join(bs[:4], before)
+    with pytest.raises(SketchQLError):
+        j.snapshot(45.1)
+    with pytest.raises(SketchQLError):
+        eng.controls.set("query", "q1", "active", True)
+    for b in bs[5:]:
+        eng.push("A", b)
+    eng.heartbeat("A", 2000.0)
+    # the other queries saw every batch (brute force)
+    allv = np.concatenate([b["v"] for b in bs])
+    (n, s), = c.snapshot()[["n", "s"]].values.tolist()
+    assert n == len(allv) and s == pytest.approx(allv.sum())
+    got = sorted(zip(sel.results()["k"].tolist(), sel.results()["v"].tolist()))
+    assert got == sorted((int(k), float(v)) for b in bs for k, v in zip(b["k"], b["v"]))
+    assert j.clock == before and j.state == "failed"          # not fed any more
+
+
+def test_row_cap_is_a_query_knob_and_the_engine_default_can_be_lifted():
+    eng, j, c, sel = _d10_engine()
+    bs = _d10_batches(600)
+    eng.controls.set("query", "q3", "max_rows_per_step", 60)    # the selection: batches of 50 pass, 3000 not
+    eng.controls.set("engine", "engine", "max_rows_per_step", None)
+    for b in bs[:5]:
+        eng.push("A", b)
+    assert sel.state == "failed" and "max_rows_per_step = 60" in sel.failed
+    assert j.state == "active" and _pairs(j.snapshot()) == _brute_join(bs[:5], 46.0)   # 360k+ rows: no cap
+    assert c.state == "active" and int(c.snapshot()["n"].iloc[0]) == sum(len(b["ts"]) for b in bs[:5])
+    with pytest.raises(ControlError):
+        eng.controls.set("query", "q2", "max_rows_per_step", 0)
+
+
+def test_row_cap_failure_is_the_same_after_checkpoint_and_replay():
+    """An engine restored from a checkpoint taken before the explosive batch and fed the rest of the
+    log fails the query at the same step, with the same message, and ends in the same state."""
+    from sketchql.engine.checkpoint import dumps, loads
+    bs = _d10_batches(600)
+    ref, rj, rc, rs = _d10_engine()
+    ref.controls.set("engine", "engine", "max_rows_per_step", 100_000)
+    eng, *_ = _d10_engine()
+    eng.controls.set("engine", "engine", "max_rows_per_step", 100_000)
+    for b in bs[:3]:
+        ref.push("A", b)
+        eng.push("A", b)
+    eng2 = loads(dumps(eng))
+    for e in (ref, eng2):
+        for b in bs[3:]:
+            e.push("A", b)
+        e.heartbeat("A", 1030.0)
+    q = {x.id: x for x in eng2.queries}
+    assert rj.failed is not None and q[1].failed == rj.failed and q[1].clock == rj.clock
+    for a, b in ((rj, q[1]), (rc, q[2]), (rs, q[3])):
+        assert a.state == b.state
+        pd_a, pd_b = a.results(), b.results()
+        assert pd_a.equals(pd_b)
+    # and a third engine fed everything from the start agrees too (no checkpoint)
+    e3, j3, *_ = _d10_engine()
+    e3.controls.set("engine", "engine", "max_rows_per_step", 100_000)
+    for b in bs:
+        e3.push("A", b)
+    assert j3.failed == rj.failed
+
+
+def test_row_cap_under_the_scheduler_and_with_shared_operators():
+    """Two identical self-joins share their operators: the step over the cap fails both (the shared
+    step is refused once, before it is built); with one of them given a larger cap, only the other."""
+    bs = _d10_batches(350)          # 122,500 pairs in one step: over 100,000
+    for big in (False, True):
+        eng = Engine(seed=3)
+        eng.execute("CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts")
+        eng.controls.set("engine", "engine", "max_rows_per_step", 100_000)
+        j1, j2 = eng.register(SELF_JOIN), eng.register(SELF_JOIN)
+        assert "shared" in j2.explain()
+        if big:
+            eng.controls.set("query", "q2", "max_rows_per_step", 10_000_000)
+        for b in bs:
+            eng.push("A", b)
+        assert j1.state == "failed"
+        if big:
+            assert j2.state == "active" and _pairs(j2.snapshot()) == _brute_join(bs, bs[-1]["ts"][-1])
+        else:
+            assert j2.state == "failed" and j2.clock == j1.clock
+    eng = Engine(seed=3)
+    eng.execute("CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts")
+    eng.controls.set("engine", "engine", "scheduler", "round_robin")
+    eng.controls.set("engine", "engine", "max_rows_per_step", 100_000)
+    j, c = eng.register(SELF_JOIN), eng.register("SELECT COUNT(*) AS n FROM A [UNBOUNDED]")
+    for b in bs:
+        eng.push("A", b)
+    eng.run()
+    assert j.state == "failed" and "t=45" in j.failed
+    assert int(c.snapshot()["n"].iloc[0]) == sum(len(b["ts"]) for b in bs)
+
+
+def test_http_row_cap_knob_and_failed_query_state():
+    from test_service_helpers import client
+    with client() as c:
+        assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts"}).status_code == 201
+        j = c.post("/queries", json={"sql": SELF_JOIN}).json()["id"]
+        n = c.post("/queries", json={"sql": "SELECT COUNT(*) AS n FROM A [UNBOUNDED]"}).json()["id"]
+        r = c.patch(f"/control/query/q{j}", json={"max_rows_per_step": 1000})
+        assert r.status_code == 200, r.text
+        assert c.patch(f"/control/query/q{j}", json={"max_rows_per_step": -1}).status_code == 422
+        rows = [{"ts": 1 + i * 1e-3, "k": i % 3, "v": 1.0} for i in range(30)]       # 300 pairs
+        assert c.post("/streams/A/batches", json={"rows": rows}).status_code == 200
+        rows = [{"ts": 2 + i * 1e-3, "k": 7, "v": 2.0} for i in range(100)]          # 10,000 pairs
+        assert c.post("/streams/A/batches", json={"rows": rows}).status_code == 200
+        q = c.get(f"/queries/{j}").json()
+        assert q["stats"]["state"] == "failed" and "max_rows_per_step = 1,000" in q["stats"]["error"]
+        assert c.get(f"/control/query/q{j}").json()["stats"]["state"] == "failed"
+        assert c.get(f"/queries/{j}/results", params={"since": 0}).json()["total"] == 300
+        assert c.get(f"/queries/{n}/snapshot").json()["rows"] == [{"n": 130}]
+        assert c.get("/health").json()["status"] == "ok"
