@@ -375,3 +375,53 @@ def test_http_row_cap_knob_and_failed_query_state():
         assert c.get(f"/queries/{j}/results", params={"since": 0}).json()["total"] == 300
         assert c.get(f"/queries/{n}/snapshot").json()["rows"] == [{"n": 130}]
         assert c.get("/health").json()["status"] == "ok"
+
+
+# ----------------------------------------------------------------------------- auto-declared PT indexes
+def _pt_run(sql, ddl="", n_batches=10, n=40):
+    eng = Engine(seed=5)
+    eng.execute("CREATE STREAM A (k INT) TIMESTAMP ts; CREATE STREAM B (k INT) TIMESTAMP ts" + ddl)
+    q = eng.register(sql)
+    rng = np.random.default_rng(0)
+    sent = {"A": [], "B": []}
+    for i in range(n_batches):
+        for s in "AB":
+            b = {"ts": np.sort(i * 2 + rng.random(n) * 2), "k": rng.zipf(1.5, n) % 30}
+            sent[s].append(b)
+            eng.push(s, b)
+    eng.heartbeat("A", 100.0), eng.heartbeat("B", 100.0)
+    return q, eng, sent
+
+
+PT_SUMMARY = ("SELECT A.k, A.ts, B.ts FROM A [RANGE 10], B [RANGE 10] WHERE A.k = B.k WITH PREFERENCE desc "
+              "SUMMARY.Estimate.Count(A.k), SUMMARY.Estimate.Count(B.k) WITHIN {} PROBES PER TUPLE")
+PT_COLUMN = ("SELECT A.k, A.ts, B.ts FROM A [RANGE 10], B [RANGE 10] WHERE A.k = B.k WITH PREFERENCE desc A.k "
+             "WITHIN {} PROBES PER TUPLE")
+
+
+def _pt_pairs(q):
+    r = q.results()
+    r = r[r["__sign"] > 0] if "__sign" in r else r
+    return sorted(zip(r["k"].tolist(), r["A.ts"].tolist(), r["B.ts"].tolist()))
+
+
+def test_summary_estimate_preference_without_create_summary_gets_the_auto_index():
+    """SUMMARY.Estimate.Count(S.col) with no CREATE SUMMARY on S(col): the engine declares
+    _auto_<stream>_<col> (README, "The multi-query runtime"), as it does for PREFERENCE desc S.col; both
+    forms then probe the same index and give the same pairs row for row, also under a tight budget."""
+    q1, e1, _ = _pt_run(PT_SUMMARY.format(3))
+    assert sorted(d.name for d in e1.catalog.summaries) == ["_auto_A_k", "_auto_B_k"]
+    q2, _, _ = _pt_run(PT_COLUMN.format(3))
+    assert q1.results().equals(q2.results()) and len(q1.results())
+
+
+def test_auto_index_join_equals_explicit_summary_and_brute_force_at_full_budget():
+    q1, e1, sent = _pt_run(PT_SUMMARY.format(100000))
+    d = e1.catalog.summary("_auto_A_k")
+    shape = f"WITH GRANULARITY {d.granularity:g} SECONDS AND COLLAPSE({d.rate}, {d.depth})"
+    q2, _, _ = _pt_run(PT_SUMMARY.format(100000), f"; CREATE SUMMARY sa ON A (k) {shape}; "
+                                                  f"CREATE SUMMARY sb ON B (k) {shape}")
+    a = [(k, t) for b in sent["A"] for k, t in zip(b["k"].tolist(), b["ts"].tolist())]
+    b = [(k, t) for bb in sent["B"] for k, t in zip(bb["k"].tolist(), bb["ts"].tolist())]
+    brute = sorted((ka, ta, tb) for ka, ta in a for kb, tb in b if ka == kb and abs(ta - tb) < 10)
+    assert _pt_pairs(q1) == brute and _pt_pairs(q2) == brute and len(brute) > 100
