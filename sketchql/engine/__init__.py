@@ -37,9 +37,9 @@ memory follows the window state, not the history);  iterating over the query
 (or ``query.poll()``) yields the batches of changes not consumed yet.
 """
 
-from .errors import BatchError, HistoryUnavailable
+from .errors import BatchError, HistoryUnavailable, SnapshotPastClock
 from .query import PollResult, Query
 from .streams import StreamHandle
 from .facade import Engine
 
-__all__ = ["Engine", "Query", "StreamHandle", "BatchError", "HistoryUnavailable", "PollResult"]
+__all__ = ["Engine", "Query", "StreamHandle", "BatchError", "HistoryUnavailable", "SnapshotPastClock", "PollResult"]

@@ -10,3 +10,8 @@ class BatchError(SketchQLError, ValueError):
 
 class HistoryUnavailable(SketchQLError, LookupError):
     """A snapshot was asked for a time older than the query's retained change history."""
+
+
+class SnapshotPastClock(SketchQLError, ValueError):
+    """A snapshot was asked for a time past the query's clock: the relation there depends on tuples
+    (and expirations) the query has not seen yet, so it is not defined."""

@@ -23,6 +23,10 @@ from .query import Query
 from .streams import StreamHandle
 
 
+#: engine-wide default of the rows one step of a query may produce (knob ``max_rows_per_step``)
+DEFAULT_MAX_ROWS_PER_STEP = 2_000_000
+
+
 class Engine:
     """Streams, tables, summaries and continuous queries in one process.
 
@@ -48,7 +52,8 @@ class Engine:
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
         #: runtime settings (engine knobs): one index per stream attribute shared by the PT queries
         self.runtime = {"share_indexes": True, "share_plans": True, "scheduler": "inline", "quantum": 1024.0,
-                        "work_per_push": None, "index_lockstep": True}
+                        "work_per_push": None, "index_lockstep": True,
+                        "max_rows_per_step": DEFAULT_MAX_ROWS_PER_STEP}
         from .constraints import ConstraintRegistry
         from .sharing import Sharing
         #: declared k-constraints of the streams, measured on the data (sketchql.engine.constraints)
@@ -315,6 +320,12 @@ class Engine:
                             self.seed, like=best)
         return decl.index[decl.attrs[0]]
 
+    def _on_query_failed(self, query: Query) -> None:
+        """A query failed (:meth:`Query._fail`): it stays registered (its results readable) but is no
+        longer fed, so its shared window stores, operators and indexes stop waiting for it."""
+        self.sharing.detach(query)
+        self.index_feed.detach(query)
+
     def deregister(self, query: Query):
         if self._queries.pop(query.id, None) is not None:
             self.sharing.detach(query)
@@ -446,13 +457,14 @@ class Engine:
         stream's indexes, move the clock, then the shared subplans and the queries."""
         h.tuples_in += len(b)
         h._observe(b)
+        last_ts = float(b.ts[-1]) if len(b) else -np.inf
         b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
         for decl in self.catalog.summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
             self.index_feed.accept(decl, b, first_row)
-        if len(b):
-            h.clock = max(h.clock, float(b.ts[-1]))
+        # the clock follows the batch as pushed: tuples sampled or shed away still say time passed
+        h.clock = max(h.clock, last_ts)
         if h._slack is not None:                # nothing older than the watermark reaches the queries
             h.clock = max(h.clock, h._slack.watermark)
         if self.constraints.items and len(b):
@@ -602,6 +614,12 @@ class Engine:
                               doc="scheduler work units run after each push or heartbeat; null = until "
                                   "every queue is empty (engine.run / engine.idle give more)",
                               effect={"memory": -1, "cpu": 1, "precision": 0}),
+        "max_rows_per_step": Knob("max_rows_per_step", DEFAULT_MAX_ROWS_PER_STEP, "int", lo=1, nullable=True,
+                                  doc="most rows one step (a batch or heartbeat) may make any operator of a query "
+                                      "produce, for queries without their own max_rows_per_step (a join counts "
+                                      "its matches before building them); over it that query fails (state "
+                                      "'failed', results so far kept) and the others go on; null = no cap",
+                                  effect={"memory": 1, "cpu": 1, "precision": 0}),
         "share_plans": Knob("share_plans", True, "bool",
                             doc="identical subexpressions of queries registered later run once: shared window "
                                 "stores (any window sizes) and shared operators with per-consumer read positions",
@@ -618,6 +636,8 @@ class Engine:
     }
 
     def _knob_value(self, n):
+        if n == "max_rows_per_step":
+            return self.runtime.get(n, DEFAULT_MAX_ROWS_PER_STEP)
         return self.runtime[n] if n in self.runtime else self.budgets.get(n)
 
     def control_table(self) -> ControlTable:
@@ -631,7 +651,7 @@ class Engine:
     def set_control(self, name: str, value):
         if name not in self.KNOB_SPECS:
             raise ControlError(f"engine has no knob {name!r} (knobs: {', '.join(sorted(self.KNOB_SPECS))})")
-        if name in self.runtime:
+        if name in self.runtime or name == "max_rows_per_step":
             v = self.KNOB_SPECS[name].coerce(value, where="engine")
             if name == "scheduler":
                 self._set_scheduler(v)

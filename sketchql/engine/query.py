@@ -11,9 +11,10 @@ from ..approx.sampling import PI_COLUMN
 from ..control import ControlTable, Knob
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
+from ..operators.exact.base import StepRowLimit, row_cap
 from ..planner.explain import explain_plan
 from ..planner.plan import Plan, PlanNode
-from .errors import HistoryUnavailable
+from .errors import HistoryUnavailable, SnapshotPastClock
 from .relation import _Relation, _row_keys
 
 
@@ -72,6 +73,12 @@ class Query:
     >>> [len(b) for b in q.poll()], q.missed
     ([2], 1)
     """
+
+    #: why the query stopped (None while it runs); see :meth:`_fail`
+    failed: Optional[str] = None
+    #: cap on the rows one step may produce (None: the engine's ``max_rows_per_step``)
+    max_rows_per_step: Optional[int] = None
+    _done_at: float = -np.inf            # the time of the last step whose output was recorded
 
     def __init__(self, qid: int, sql: str, plan: Plan, seed: int):
         self.id = qid
@@ -146,20 +153,70 @@ class Query:
             has_input = has_input or shared_new
         if now == self.clock and not has_input:
             return
+        before = self.clock
         self.clock = now
         self.steps += 1
         self._instants.append(now)
         if self._runner is not None:          # under the engine's scheduler: queued, run later
             self._runner.feed(now, inputs)
             return
-        out = self._run(self.plan.root, now, inputs)
+        try:
+            with row_cap(self.row_cap()):
+                out = self._run(self.plan.root, now, inputs)
+        except StepRowLimit as e:
+            self._fail(now, e, before)
+            return
         self._deliver(now, out)
+
+    def row_cap(self) -> Optional[int]:
+        """The cap on the rows one step of this query may produce: its ``max_rows_per_step`` knob, else
+        the engine's (None: no cap)."""
+        if self.max_rows_per_step is not None:
+            return self.max_rows_per_step
+        eng = getattr(self, "_engine", None)
+        return None if eng is None else eng.runtime.get("max_rows_per_step")
 
     def _deliver(self, now: float, out) -> None:
         """The root's output of the step at ``now`` (inline, or from the scheduler's sink)."""
+        if self.failed is not None:
+            return
+        cap = self.row_cap()
+        if cap is not None and out is not None and len(out) > cap:     # operators that cannot count first
+            self._fail(now, StepRowLimit(len(out), cap, "the plan's output"), self._done_at)
+            return
         if out is not None and len(out):
             self._record(out)
+        self._done_at = now
         self._trim()
+
+    def _fail(self, now: float, err: StepRowLimit, before: float) -> None:
+        """Stop the query for good: the step at ``now`` would produce more rows than its cap.
+
+        Deterministic (the count depends on the data and the cap only), so a replay of the same
+        input fails it at the same step.  Nothing of the step is recorded: the results up to the
+        previous step stay readable (``snapshot`` up to the clock, ``results``, ``poll``); the query
+        is no longer fed (``active`` False, its shared stores and queues released by the engine)."""
+        self.clock = before
+        if self._instants and self._instants[-1] == now:
+            self._instants.pop()
+        self.active = False
+        self.failed = (f"query {self.id} failed at t={now:g}: {err.args[0]}; results up to "
+                       f"t={before:g} stay readable; register it again with a larger max_rows_per_step "
+                       f"(or a narrower window / more selective predicate) to continue")
+        self.fail_rows, self.fail_cap, self.fail_at = err.rows, err.cap, float(now)
+        self._pending = {i: [] for i in self._pending}
+        if self._runner is not None:
+            for t in self._runner.tasks:
+                for q in t.inputs:
+                    q.clear()
+        eng = getattr(self, "_engine", None)
+        if eng is not None:
+            eng._on_query_failed(self)
+
+    @property
+    def state(self) -> str:
+        """``failed`` (see :attr:`failed`), ``active`` or ``inactive`` (knob ``active`` off)."""
+        return "failed" if self.failed is not None else "active" if self.active else "inactive"
 
     def _mark_imprecise(self, stream: str, t_from: float, reason: str) -> None:
         self._imprecise.append({"stream": stream, "from": float(t_from), "reason": reason})
@@ -310,9 +367,16 @@ class Query:
     def snapshot(self, t: Optional[float] = None):
         """The result relation at time ``t`` (default: the query clock), a DataFrame.
 
-        Exact for any t >= :attr:`snapshot_from`; an older t raises :class:`HistoryUnavailable`.
+        Defined for :attr:`snapshot_from` <= t <= clock: an older t raises :class:`HistoryUnavailable`,
+        a t past the clock :class:`SnapshotPastClock` (R(t) for t > clock depends on tuples and
+        expirations the query has not seen yet: a window's rows expire at ts + range whether or not
+        anything arrives, so R(clock) labelled t would be wrong).
         """
         t = self.clock if t is None else float(t)
+        if t > self.clock or t != t:
+            raise SnapshotPastClock(
+                f"query {self.id}: at={t:g} is past the query clock {self.clock:g}; snapshots are defined up "
+                f"to the clock (a heartbeat of the query's streams moves it)")
         if t >= self._last_at:
             return snapshot(self._live.as_changes(self.names), t, columns=self.names)
         if t >= self._base_at:
@@ -364,7 +428,8 @@ class Query:
         return self.plan.nodes
 
     def stats(self) -> dict:
-        return {"query": self.id, "clock": self.clock, "engine": self.plan.engine, "steps": self.steps,
+        return {"query": self.id, "state": self.state, "error": self.failed,
+                "clock": self.clock, "engine": self.plan.engine, "steps": self.steps,
                 "changes_out": self._total,
                 "retained_changes": self._total - self._first,
                 "live_rows": self._live.live_rows,
@@ -384,12 +449,21 @@ class Query:
         return {"active": self.active, "weight": self.weight, "budget": ct.budget, "budget_unit": ct.budget_unit,
                 "on_miss": ct.on_miss, "error": ct.error, "confidence": ct.confidence,
                 "retain_changes": self.retain_changes, "retain_seconds": self.retain_seconds,
+                "max_rows_per_step": self.max_rows_per_step,
                 **(self._precision.knobs() if self._precision is not None else {})}
 
     def set_knob(self, name: str, value):
         ct = self.bound.contract
         if name == "active":
+            if value and self.failed is not None:
+                raise SketchQLError(f"query {self.id} cannot be activated again: {self.failed}")
             self.active = bool(value)
+        elif name == "max_rows_per_step":
+            v = None if value is None else float(value)
+            if v is not None and not (v >= 1 and v.is_integer()):
+                raise SketchQLError(f"query {self.id}: max_rows_per_step must be a whole number >= 1 "
+                                    f"(or None: the engine's), got {value!r}")
+            self.max_rows_per_step = None if v is None else int(v)
         elif name == "weight":
             v = float(value)
             if not (v >= 0 and np.isfinite(v)):
@@ -452,6 +526,12 @@ class Query:
         "retain_changes": Knob("retain_changes", 100_000, "int", lo=0, nullable=True,
                                doc="newest result changes kept for snapshots and polls; null = unbounded",
                                effect={"memory": 1, "cpu": 0, "precision": 0}),
+        "max_rows_per_step": Knob("max_rows_per_step", None, "int", lo=1, nullable=True,
+                                  doc="most rows one step (a batch or heartbeat) may make any operator of this "
+                                      "query produce (a join counts its matches before building them); over "
+                                      "it the query fails (state 'failed', results so far kept); null = the "
+                                      "engine's max_rows_per_step",
+                                  effect={"memory": 1, "cpu": 1, "precision": 0}),
         "retain_seconds": Knob("retain_seconds", None, "float", lo=0.0, nullable=True,
                                doc="data-time seconds of result changes kept; null = no time bound",
                                effect={"memory": 1, "cpu": 0, "precision": 0}),

@@ -28,6 +28,8 @@ from collections import deque
 
 import numpy as np
 
+from ..operators.exact.base import StepRowLimit, row_cap
+
 __all__ = ["NodeTask", "PlanRunner"]
 
 
@@ -83,7 +85,15 @@ class NodeTask:
             entries = [q.popleft() for q in self.inputs]
             now = entries[0][0]
             ins = [x if (x is not None and len(x)) else None for _, x in entries]
-            out = self.node.op.step(now, *ins)
+            q = self.runner.query
+            if q.failed is not None:               # failed in an earlier task: nothing more runs
+                break
+            try:
+                with row_cap(q.row_cap()):
+                    out = self.node.op.step(now, *ins)
+            except StepRowLimit as e:
+                q._fail(now, e, q._done_at)
+                break
             k = sum(_rows(x) for x in ins)
             o = _rows(out)
             used += k

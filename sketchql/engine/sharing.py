@@ -90,6 +90,7 @@ import numpy as np
 
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes
+from ..operators.exact.base import _ROW_CAP, StepRowLimit, check_step_rows, row_cap
 from .query import without_pi
 
 __all__ = ["WindowStore", "StoreScan", "SharedOperator", "Sharing", "canon"]
@@ -326,16 +327,29 @@ class SharedOperator:
         self._ids = 0
         self._fresh: set = set()           # consumers that have not read a step yet
         self._last = None                  # (now, output) of the last step computed
+        self._owners: dict = {}            # consumer id -> its query (for the row cap)
+        self._broken = None                # the StepRowLimit that stopped a step half-way
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         # (snapshots written before _fresh / _last existed: no consumer is fresh, no step is known)
         self.__dict__.setdefault("_fresh", set())
         self.__dict__.setdefault("_last", None)
+        self.__dict__.setdefault("_owners", {})
+        self.__dict__.setdefault("_broken", None)
 
-    def consumer(self) -> "SharedConsumer":
+    def _cap(self):
+        """The row cap of a shared step: the largest of its consumers' queries' (None if one has none);
+        consumers of unknown query (older snapshots): the cap of the query stepping it now."""
+        caps = [q.row_cap() for cid, q in self._owners.items() if cid in self.positions and q is not None]
+        if not caps or len(caps) < len(self.positions):
+            return _ROW_CAP.get()
+        return None if any(c is None for c in caps) else max(caps)
+
+    def consumer(self, query=None) -> "SharedConsumer":
         self._ids += 1
         c = SharedConsumer(self, self._ids)
+        self._owners[c.cid] = query
         self.positions[c.cid] = self.base + len(self.queue)
         self._fresh.add(c.cid)
         return c
@@ -358,7 +372,15 @@ class SharedOperator:
                 raise SketchQLError(f"shared operator: a consumer asks for the step at {now:g} but the shared "
                                     f"queue holds {t:g} next (queries sharing a subplan must advance together)")
         else:
-            out = self.op.step(now, *inputs)
+            if self._broken is not None:       # a refused step leaves the operator half-stepped: every
+                b = self._broken                # consumer fails at it, as the first one did
+                raise StepRowLimit(b.rows, b.cap, b.what)
+            try:
+                with row_cap(self._cap()):
+                    out = self.op.step(now, *inputs)
+            except StepRowLimit as e:
+                self._broken = e
+                raise
             self.queue.append((now, out))
             self._last = (now, out)
         self.positions[cid] = pos + 1
@@ -370,6 +392,7 @@ class SharedOperator:
 
     def drop(self, cid: int) -> None:
         self.positions.pop(cid, None)
+        self._owners.pop(cid, None)
         if self.positions:
             low = min(self.positions.values())
             if low > self.base:
@@ -387,10 +410,14 @@ class SharedConsumer:
         self.shared, self.cid = shared, cid
 
     def step(self, now, *inputs):
-        return self.shared._read(self.cid, float(now), inputs)
+        out = self.shared._read(self.cid, float(now), inputs)
+        if out is not None:       # the shared step ran under the largest cap of its consumers: this one's
+            check_step_rows(len(out), type(self.shared.op).__name__)
+        return out
 
     def state_size(self) -> int:
-        return 0 if self.cid != min(self.shared.positions) else _state(self.shared.op)
+        pos = self.shared.positions
+        return 0 if self.cid not in pos or self.cid != min(pos) else _state(self.shared.op)
 
     def stats(self) -> dict:
         d = self.shared.op.stats() if hasattr(self.shared.op, "stats") else {}
@@ -529,6 +556,8 @@ class Sharing:
                 continue
             key = sig(node)
             hit = self.ops.get(key)
+            if hit is not None and hit[0]._broken is not None:
+                hit = None                     # its last step was refused: a fresh operator
             if hit is not None and hit[1] == epoch:
                 shared, _, qids = hit
                 self._replace_subtree(node, shared, query, key)
@@ -536,14 +565,14 @@ class Sharing:
                 qids.append(query.id)
             elif hit is None or hit[1] != epoch:
                 shared = SharedOperator(node.op)
-                node.op = shared.consumer()
+                node.op = shared.consumer(query)
                 self.ops[key] = (shared, epoch, [query.id])
                 self.members[shared] = self.ops[key][2]
         query._sharing_notes = notes
         return notes
 
     def _replace_subtree(self, node, shared, query, key) -> None:
-        node.op = shared.consumer()
+        node.op = shared.consumer(query)
         # the subtree below now only feeds a consumer whose step is read from the shared queue:
         # its own operators still run (they are consumers of shared ones too), cheaply
 

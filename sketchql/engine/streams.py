@@ -1,6 +1,8 @@
 """Stream handles: a declared stream's clock, counters, planner statistics and knobs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..control import ControlError, ControlTable, Knob
@@ -88,16 +90,28 @@ class StreamHandle:
     def knobs(self) -> dict:
         return dict(self._knobs)
 
-    def set_knob(self, name: str, value):
+    def knob_spec(self, name: str) -> Knob:
+        """The domain of knob ``name`` on this stream: :attr:`KNOB_SPECS`, with the knobs that name a
+        column (``shed_key``) narrowed to a choice among the stream's columns, so a write that would
+        make a later push fail (``shed_key`` 'nope' is not a column) is refused when it is made."""
         spec = self.KNOB_SPECS.get(name)
         if spec is None or name not in self._knobs:
             raise ControlError(f"stream {self.name} has no knob {name!r} (knobs: {sorted(self._knobs)})")
-        self._knobs[name] = spec.coerce(value, where=f"stream {self.name}")
+        if name in self.COLUMN_KNOBS:
+            spec = replace(spec, kind="choice", choices=tuple(self.schema.columns),
+                           doc=spec.doc + f" (columns of {self.name}: {', '.join(self.schema.columns)})")
+        return spec
+
+    #: knobs whose value names one of the stream's columns
+    COLUMN_KNOBS = ("shed_key",)
+
+    def set_knob(self, name: str, value):
+        self._knobs[name] = self.knob_spec(name).coerce(value, where=f"stream {self.name}")
 
     def control_table(self) -> ControlTable:
         st = self.stats()
         st.pop("knobs", None)
-        knobs = {n: self.KNOB_SPECS[n].with_value(v) for n, v in self._knobs.items()}
+        knobs = {n: self.knob_spec(n).with_value(v) for n, v in self._knobs.items()}
         return ControlTable("stream", self.name, st, knobs)
 
     def set_control(self, name: str, value):

@@ -1,19 +1,56 @@
 """The protocol every exact operator follows (see ``sketchql.operators.exact``)."""
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ...errors import LateTupleError, SketchQLError
 from ..changes import Batch, Changes
 
-__all__ = ["Operator", "WKS", "WK", "STR"]
+__all__ = ["Operator", "WKS", "WK", "STR", "StepRowLimit", "row_cap", "check_step_rows"]
 
 # update patterns (golab-ozsu-update-pattern-aware, section 3)
 WKS = "weakest"   # results expire in FIFO (generation) order
 WK = "weak"       # results expire at predictable times, not FIFO (e.g. join)
 STR = "strict"    # some results expire at unpredictable times (negative tuples)
+
+
+class StepRowLimit(SketchQLError):
+    """One step of a plan would produce more rows than its cap (``max_rows_per_step``).
+
+    ``rows``: the count that was refused (counted before the rows were built where the operator
+    can count first); ``cap``; ``what``: the operator that counted."""
+
+    def __init__(self, rows: int, cap: int, what: str):
+        self.rows, self.cap, self.what = int(rows), int(cap), what
+        super().__init__(f"{what}: one step would produce {self.rows:,} rows, over the cap "
+                         f"max_rows_per_step = {self.cap:,}")
+
+
+#: the row cap of the plan step running in this thread (None: no cap); set by :func:`row_cap`
+_ROW_CAP: ContextVar[Optional[int]] = ContextVar("sketchql_row_cap", default=None)
+
+
+@contextmanager
+def row_cap(cap: Optional[int]):
+    """Run a plan step under a cap on the rows any one operator may produce in it (None: no cap)."""
+    tok = _ROW_CAP.set(None if cap is None else int(cap))
+    try:
+        yield
+    finally:
+        _ROW_CAP.reset(tok)
+
+
+def check_step_rows(n: int, what: str) -> None:
+    """Raise :class:`StepRowLimit` if ``n`` rows exceed the cap of the running step.  Operators that
+    can count their output before building it (hash joins: the matches per probe key) call it
+    first, so the refused rows are never materialized."""
+    cap = _ROW_CAP.get()
+    if cap is not None and n > cap:
+        raise StepRowLimit(n, cap, what)
 
 
 class Operator:

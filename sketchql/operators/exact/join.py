@@ -10,7 +10,7 @@ from ...errors import SketchQLError
 from ..changes import Batch, Changes, mix_rids
 from ._kernels import join_emit, join_extend
 from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
-from .base import Operator, WK
+from .base import Operator, WK, check_step_rows
 
 __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
 
@@ -220,6 +220,8 @@ class MJoin(Operator):
                     hi = np.full(len(s_), n, np.int64)
                     rest = []
                 total = int((hi - lo).sum())
+                # the matches are counted before join_extend builds them (bounded memory)
+                check_step_rows(total, f"{type(self).__name__} (input {i} probing input {j})")
                 self._work += total
                 # one compiled pass: expand the key runs, drop pairs built by another touched
                 # member, prune at once a partial composite whose members' lifetimes do not
@@ -365,7 +367,10 @@ class StaticJoin(Operator):
                 raise SketchQLError(f"stream has no join column {sc!r} (columns {ch.names})")
         codes = [joint_codes([[ch.columns[sc]], [tb.columns[tc]]]) for sc, tc in self.on]
         o = np.argsort(codes[0][1], kind="stable")
-        pi, bpos = expand_matches(codes[0][0], codes[0][1][o])
+        srt = codes[0][1][o]
+        check_step_rows(int((np.searchsorted(srt, codes[0][0], side="right")
+                             - np.searchsorted(srt, codes[0][0], side="left")).sum()), "StaticJoin")
+        pi, bpos = expand_matches(codes[0][0], srt)
         ti = o[bpos]
         ok = np.ones(len(pi), bool)
         for cs, ct in codes[1:]:
