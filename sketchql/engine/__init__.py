@@ -12,8 +12,9 @@ The Engine façade: DDL, continuous queries, pushing batches, results.
 >>> q = eng.register("SELECT SUM(price) AS s FROM Sales [RANGE 10] WHERE price > 4")
 >>> eng.push("Sales", {"ts": [1.0, 2.0, 3.0], "price": [6.0, 9.0, 2.0]})
 >>> eng.heartbeat("Sales", 12.0)
+>>> # at 12 the window (2, 12] holds no row over 4: SUM of an empty set is NULL (NaN), as in SQL
 >>> q.snapshot(2.0)["s"].tolist(), q.snapshot(11.0)["s"].tolist(), q.snapshot(12.0)["s"].tolist()
-([15.0], [9.0], [0.0])
+([15.0], [9.0], [nan])
 
 Time: every stream has a clock = the latest timestamp pushed to it or the
 latest heartbeat.  A query advances to the *minimum* clock of the streams it

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 
+from ..engine.errors import SnapshotPastClock
 from ..errors import LateTupleError, SketchQLError, SketchQLSemanticError, SketchQLSyntaxError
 
 
@@ -85,6 +86,8 @@ def from_exception(exc: Exception, **where) -> ApiError:
         fields = _batch_fields(msg)
         fields.update({k: v for k, v in where.items() if v is not None})
         return ApiError(400, name, msg, **fields)
+    if isinstance(exc, SnapshotPastClock):       # a well-formed time the query has not reached: 422
+        return ApiError(422, name, msg, **where)
     if isinstance(exc, SketchQLError):
         return ApiError(400, name, msg, **where)
     return ApiError(500, "internal_error", f"{name}: {msg}", **where)

@@ -732,8 +732,8 @@ class ServiceState:
             try:
                 v = table.knob(knob).coerce(value, where=f"{kind} {table.name}")
             except (ControlError, SketchQLError, KeyError) as exc:
-                raise ApiError(422, "bad_control", str(exc).strip("'\""), kind=kind, name=table.name, knob=knob) \
-                    from None
+                msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)   # KeyError quotes
+                raise ApiError(422, "bad_control", msg, kind=kind, name=table.name, knob=knob) from None
             if kind == "query" and knob == "retain_changes" and v is not None:
                 q = next((x for x in self.engine.queries if f"q{x.id}" == table.name), None)
                 log_ = None if q is None else self.logs.get(q.id)
