@@ -464,3 +464,53 @@ def test_request_heads_and_connections_are_bounded():
         for s in socks:
             s.close()
         srv.stop()
+
+
+# -- hK review: blank lines between requests do not dodge the header read timeout ------------------------
+def _read_response(s) -> bytes:
+    """One whole response (head and content-length body) from socket ``s``."""
+    s.settimeout(10)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, body = got.split(b"\r\n\r\n", 1)
+    n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+    while len(body) < n:
+        body += s.recv(65536)
+    assert len(body) == n, (head, body)
+    return head + b"\r\n\r\n" + body
+
+
+def test_blank_lines_between_requests_do_not_hold_a_connection_past_the_header_timeout():
+    from service_server import Server
+
+    srv = Server(None, ["--no-demo", "--header-read-timeout", "1"])
+    try:
+        srv.wait_ready()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n\r\n")        # a CRLF before the next request
+        assert b" 200 " in _read_response(s)[:20]
+        s.sendall(b"\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")        # blank lines are still allowed
+        assert b" 200 " in _read_response(s)[:20]
+        t = time.monotonic()
+        got, closed_at = b"", None
+        while time.monotonic() - t < 8.0:                                 # uvicorn's keep-alive: 5 s
+            try:
+                s.sendall(b"\r\n")
+                s.settimeout(0.25)
+                d = s.recv(65536)
+                got += d
+                if not d:
+                    closed_at = time.monotonic() - t
+                    break
+            except socket.timeout:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                closed_at = time.monotonic() - t
+                break
+        s.close()
+        assert closed_at is not None and closed_at < 3.5, closed_at
+        assert got.startswith(b"HTTP/1.1 408 "), got[:100]
+        assert json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]["limit"] == "header_read_timeout_s"
+    finally:
+        srv.stop()

@@ -13,10 +13,16 @@ connection:
   the connection closed.  The count may include the tail of the previous
   request's body that arrived in the same read as the new head (one read,
   at most 256 KiB), never the new request's body;
-* ``header_timeout``: seconds from a connection's start, or from a request's
-  first byte, until its head is complete; past it the request is answered 408
-  and the connection closed (a response still being sent on the connection:
-  just closed).  Idle keep-alive connections keep uvicorn's own timeout.
+* ``header_timeout``: seconds from a connection's start, or from the first
+  byte received after a request's response is complete (a request's first
+  byte, or blank lines before it), until the next head is complete; past it
+  the request is answered 408 and the connection closed (a response still
+  being sent on the connection: just closed).  Idle keep-alive connections
+  that send nothing keep uvicorn's own timeout.  The blank lines count: RFC
+  9112 lets a server ignore CRLFs before a request line, and httptools does
+  (no ``on_message_begin``), while uvicorn cancels its keep-alive timer on
+  every read -- so a client sending ``\r\n`` every few seconds would otherwise
+  hold its connection (one of ``--max-connections``) forever.
 
 The body is untouched (its size and stalls are bounded by the app's
 ``BodyLimit``), and h11 is not used: httptools' C parser stays on the ingest
@@ -47,6 +53,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer = None
         self._refused = False
+        self._message_done = False        # the parser has completed a request and not begun the next
 
     # -- the head's timer ------------------------------------------------------------------------
     def _arm(self) -> None:
@@ -85,6 +92,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        if not self._in_head and self._message_done and (self.cycle is None or self.cycle.response_complete):
+            # bytes after a finished exchange open the next head (blank lines too: see the module doc)
+            self._in_head = True
+            self._head_bytes = 0
+            self._arm()
         super().data_received(data)
         if self._in_head and not self._refused:
             self._head_bytes += len(data)
@@ -95,6 +107,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._message_done = False
         self._in_head = True
         self._head_bytes = 0
         self._arm()
@@ -103,6 +116,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._message_done = True
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         if not self._refused:                 # (already answered 431 / 408)
