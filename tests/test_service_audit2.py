@@ -514,3 +514,33 @@ def test_blank_lines_between_requests_do_not_hold_a_connection_past_the_header_t
         assert json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]["limit"] == "header_read_timeout_s"
     finally:
         srv.stop()
+
+
+# -- hK review: the engine's automatic indexes do not count toward max_summaries --------------------------
+def test_automatic_indexes_do_not_count_toward_max_summaries(tmp_path):
+    from sketchql.summaries import CountSketch
+    from sketchql.spark.summary_file import encode_summary
+
+    c = client(Limits(max_summaries=2, summary_roots=(str(tmp_path),)))
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts; "
+                                           "CREATE STREAM B (k INT) TIMESTAMP ts"}).status_code == 201
+    r = c.post("/queries", json={"sql": "SELECT A.k, A.ts, B.ts FROM A [RANGE 10], B [RANGE 10] WHERE A.k = B.k "
+                                        "WITH PREFERENCE desc A.k WITHIN 3 PROBES PER TUPLE"})
+    assert r.status_code == 201, r.text
+    names = sorted(s["name"] for s in c.get("/summaries").json()["summaries"])
+    assert names == ["_auto_A_k", "_auto_B_k"]                    # two, the limit: none of them counted
+    ddl = "CREATE SUMMARY {} ON B (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"
+    assert c.post("/streams", json={"sql": ddl.format("s1")}).status_code == 201
+    p = tmp_path / "f1.sqs"
+    p.write_bytes(encode_summary(CountSketch(d=3, w=64, seed=1), {"name": "f1"}))
+    assert c.post("/summaries/load", json={"path": str(p)}).status_code == 201, "the 2nd user summary"
+    r = c.post("/streams", json={"sql": ddl.format("s2")})            # the 3rd: refused, counting 3, not 5
+    assert r.status_code == 422 and r.json()["error"]["value"] == 3, r.text
+    assert c.delete("/summaries/f1").status_code == 200
+    assert c.post("/streams", json={"sql": ddl.format("s2")}).status_code == 201
+    r = c.post("/summaries/load", json={"path": str(p)})
+    assert r.status_code == 422 and r.json()["error"]["value"] == 3, r.text
+    for name in ("_auto_C", "_AUTO_b_k"):                             # the prefix is the engine's
+        r = c.post("/streams", json={"sql": ddl.format(name)})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "reserved_name", r.text
+    assert c.post("/summaries/load", json={"path": str(p), "as": "_auto_A_k"}).status_code == 409

@@ -174,7 +174,10 @@ def register(subparsers) -> None:
                    help="pipelined ingest: forgotten producer ids remembered (their batches: 409 unknown_producer; "
                         "default 100000)")
     p.add_argument("--max-summaries", type=int, default=16, metavar="N",
-                   help="summaries, CREATE SUMMARY and /summaries/load together (default 16)")
+                   help="summaries, CREATE SUMMARY and /summaries/load together (default 16); the engine's "
+                        "own _auto_<stream>_<col> indexes for PREFERENCE joins are not counted: one per "
+                        "(stream, column) such queries need, more only for windows longer than their history "
+                        "(see README)")
     p.add_argument("--max-header-bytes", type=int, default=65_536, metavar="BYTES",
                    help="bytes of a request's URL and headers (431 past it; default 65536)")
     p.add_argument("--header-read-timeout", type=_seconds_or_none, default=10.0, metavar="SECONDS",

@@ -36,7 +36,8 @@ class Limits:
     * ``max_streams``: streams + tables declared;
     * ``max_queries``: registered continuous queries;
     * ``max_summaries``: summaries, those created with DDL ``CREATE SUMMARY`` and those
-      loaded with ``/summaries/load`` together (422 past it, nothing created);
+      loaded with ``/summaries/load`` together (422 past it, nothing created); the
+      engine's automatic indexes (``_auto_<stream>_<col>``) are not counted;
     * ``max_summary_file_bytes``: size of one summary file to load;
     * ``max_results_limit``: the largest ``limit`` of a results/snapshot read
       (``default_results_limit`` when none is given);

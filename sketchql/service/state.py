@@ -54,7 +54,7 @@ from .errors import ApiError, from_exception, limit_exceeded, not_found
 from .limits import Limits
 from .producers import Producers
 from .results import Notifier, ResultLog, frame_records, json_number
-from .summaries import SummaryRegistry, estimate as estimate_summary
+from .summaries import AUTO_PREFIX, SummaryRegistry, estimate as estimate_summary, is_auto_index
 
 log = logging.getLogger("sketchql.service")
 
@@ -179,6 +179,10 @@ class ServiceState:
                 if kind == "Drop" and s.kind == "query":
                     raise ApiError(400, "wrong_endpoint", "drop a query with DELETE /queries/{id}",
                                    line=pos[0], column=pos[1])
+                if kind == "CreateSummary" and is_auto_index(s.name):
+                    raise ApiError(400, "reserved_name", f"summary names starting with {AUTO_PREFIX!r} are "
+                                   f"the engine's own indexes; choose another name for {s.name!r}",
+                                   line=pos[0], column=pos[1])
                 if kind in ("CreateStream", "CreateTable", "CreateSummary"):
                     created.append(s.name)
                 elif kind == "Drop":
@@ -188,7 +192,7 @@ class ServiceState:
             if n_rel + n_new > self.limits.max_streams:
                 raise limit_exceeded(422, "max_streams", n_rel + n_new, self.limits.max_streams,
                                      "declared streams and tables")
-            n_sum = len(self.engine.catalog.summaries) + len(self.summaries.entries)
+            n_sum = self.n_user_summaries() + len(self.summaries.entries)
             n_new = sum(type(s).__name__ == "CreateSummary" for s in stmts)
             if n_new and n_sum + n_new > self.limits.max_summaries:
                 raise limit_exceeded(422, "max_summaries", n_sum + n_new, self.limits.max_summaries,
@@ -918,6 +922,11 @@ class ServiceState:
     def live_summaries(self) -> dict:
         return {d.name: d for d in self.engine.catalog.summaries}
 
+    def n_user_summaries(self) -> int:
+        """Live summaries counted by ``max_summaries``: the ``CREATE SUMMARY`` ones, not the engine's
+        automatic indexes (``_auto_<stream>_<col>``, declared for a PREFERENCE query's join column)."""
+        return sum(not is_auto_index(d.name) for d in self.engine.catalog.summaries)
+
     def list_summaries(self) -> dict:
         with self.lock:
             live = [{"name": d.name, "origin": "live", "stream": d.stream, "attrs": list(d.attrs),
@@ -928,8 +937,8 @@ class ServiceState:
 
     def load_summary(self, path, name=None, as_name=None) -> dict:
         with self.lock:
-            reserved = list(self.live_summaries())
-        info = self.summaries.load(path, name, as_name, reserved=reserved)   # file reading outside the lock
+            reserved, n_live = list(self.live_summaries()), self.n_user_summaries()
+        info = self.summaries.load(path, name, as_name, reserved=reserved, n_live=n_live)   # reads outside the lock
         with self.lock:
             seq = self._log("summary_load", {"path": path, "name": name, "as": as_name})
         self.wait_durable(seq)

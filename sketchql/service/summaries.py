@@ -38,6 +38,13 @@ from .errors import ApiError, limit_exceeded, not_found
 from .results import json_number
 
 MAGIC = b"SQSF"
+AUTO_PREFIX = "_auto_"        # the engine's automatic indexes (engine.index_adapter.declare_auto)
+
+
+def is_auto_index(name: str) -> bool:
+    """Whether a live summary name is one of the engine's automatic indexes (not counted by
+    ``max_summaries``; the prefix is refused for ``CREATE SUMMARY``)."""
+    return str(name).lower().startswith(AUTO_PREFIX)
 
 
 def _bad_path(msg: str, path: str) -> ApiError:
@@ -92,7 +99,7 @@ class SummaryRegistry:
         return "file", real
 
     def load(self, path, name: str | None = None, as_name: str | None = None, reserved=(),
-             check_limit: bool = True) -> dict:
+             check_limit: bool = True, n_live: int | None = None) -> dict:
         from ..errors import SketchQLError
         from ..spark.summary_file import decode_summary
 
@@ -121,7 +128,9 @@ class SummaryRegistry:
         if reg.lower() in {r.lower() for r in reserved}:
             raise ApiError(409, "name_conflict", f"a live summary is already called {reg!r}; load this one "
                            f"under another name with \"as\"", name=reg)
-        have = len(self.entries) + len(reserved)     # ``reserved``: the live (CREATE SUMMARY) ones count too
+        # ``reserved``: every live name (for conflicts); ``n_live``: the live ones the limit counts
+        # (CREATE SUMMARY, not the engine's automatic indexes; all of ``reserved`` when not given)
+        have = len(self.entries) + (len(reserved) if n_live is None else int(n_live))
         if check_limit and reg not in self.entries and have >= self.max_summaries:
             raise limit_exceeded(422, "max_summaries", have + 1, self.max_summaries,
                                  "summaries, created and loaded together (DELETE /summaries/{name} one first)")
