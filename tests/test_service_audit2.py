@@ -151,7 +151,8 @@ def test_drop_summary_ddl_answers_200_with_what_was_dropped():
     assert r.json()["created"] == [] and r.json()["dropped"] == ["s1"]
 
 
-@pytest.mark.parametrize("value", ["abc", "1e400", "1.5", "nan"])
+@pytest.mark.parametrize("value", ["abc", "1e400", "1.5", "nan", "9223372036854775808", "-9223372036854775809",
+                                   "99999999999999999999999"])                   # (the last three: not int64)
 def test_estimate_value_the_int_attribute_cannot_hold_is_422(value):
     c = client()
     assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts; CREATE SUMMARY s1 ON A (k) "
@@ -162,6 +163,8 @@ def test_estimate_value_the_int_attribute_cannot_hold_is_422(value):
     assert r.json()["error"]["parameter"] == "value"
     r = c.get("/summaries/s1/estimate", params={"value": "1"})
     assert r.status_code == 200 and r.json()["estimates"][0]["estimate"] >= 2 - 1e-9, r.text
+    for edge in ("9223372036854775807", "-9223372036854775808"):              # int64's own bounds: answered
+        assert c.get("/summaries/s1/estimate", params={"value": edge}).status_code == 200
 
 
 def test_receipt_clock_is_the_stream_clock_when_every_row_is_shed():

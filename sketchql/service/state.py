@@ -1175,13 +1175,15 @@ class _AdmittedGroup:
 
 def _values_for(values, ctype, summary, attr):
     """Estimate values checked against the attribute's column type (``int`` / ``float`` / ``str`` / ``bool``):
-    a value the column cannot hold (``abc`` or ``1e400`` for an INT) is a 422, not an estimate of 0."""
+    a value the column cannot hold (``abc``, ``1e400``, or outside int64's -2**63 <= v < 2**63 for an INT)
+    is a 422, not an estimate of 0 (or the sketch's 400)."""
     if ctype not in ("int", "float"):
         return values
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                (ctype == "int" and not isinstance(v, int)) or (isinstance(v, float) and not math.isfinite(v)):
+                (ctype == "int" and not (isinstance(v, int) and -2 ** 63 <= v < 2 ** 63)) or \
+                (isinstance(v, float) and not math.isfinite(v)):
             raise ApiError(422, "bad_parameter", f"summary {summary!r}: attribute {attr!r} is {ctype.upper()}, "
                            f"value {v!r} is not one", parameter="value", value=str(v))
         out.append(v)
