@@ -426,3 +426,115 @@ def test_auto_index_join_equals_explicit_summary_and_brute_force_at_full_budget(
     b = [(k, t) for bb in sent["B"] for k, t in zip(bb["k"].tolist(), bb["ts"].tolist())]
     brute = sorted((ka, ta, tb) for ka, ta in a for kb, tb in b if ka == kb and abs(ta - tb) < 10)
     assert _pt_pairs(q1) == brute and _pt_pairs(q2) == brute and len(brute) > 100
+
+
+# ------------------------------------------------- D10 follow-up: the cap counts true, new rows
+def _live(rows, t, rng_=10.0):
+    """The rows of a RANGE window at time t: t - range < ts <= t."""
+    return [r for r in rows if t - rng_ < r["ts"] <= t]
+
+
+def _eq(a, b):
+    """SQL equality of two keys: NULL (NaN / None) equals nothing."""
+    return a is not None and b is not None and a == a and b == b and a == b
+
+
+def _records(b):
+    return [dict(zip(b, vals)) for vals in zip(*b.values())]
+
+
+def test_a_multi_column_join_is_capped_on_its_true_matches_not_the_first_conditions():
+    """``A.region = B.region AND A.id = B.id`` with 10 regions: the first condition alone pairs
+    each new A row with a tenth of B (20,000 candidates), the real output is 20 rows.  The cap
+    counts the matches of every condition: 1,000 and 20 let the step through (the results are the
+    brute force's), 19 refuses it and names the true count, 20."""
+    nb, na = 2000, 100
+    B = {"ts": np.full(nb, 1.0), "region": np.arange(nb) % 10, "id": np.arange(nb), "v": np.arange(nb)}
+    A = {"ts": np.full(na, 2.0), "region": np.arange(na) % 10, "id": np.arange(na) * 3, "v": -np.arange(na)}
+    truth = sorted((int(a["v"]), int(b["v"])) for a in _records(A) for b in _records(B)
+                   if a["region"] == b["region"] and a["id"] == b["id"])
+    assert len(truth) == 20             # id 3i sits in region 3i % 10, equal to i % 10 iff 5 | i
+    for cap, ok in ((1000, True), (len(truth), True), (len(truth) - 1, False)):
+        e = Engine()
+        e.execute("CREATE STREAM A (region INT, id INT, v INT) TIMESTAMP ts")
+        e.execute("CREATE STREAM B (region INT, id INT, v INT) TIMESTAMP ts")
+        e.controls.set("engine", "engine", "max_rows_per_step", cap)
+        q = e.register("SELECT A.v AS a, B.v AS b FROM A [RANGE 100], B [RANGE 100] "
+                       "WHERE A.region = B.region AND A.id = B.id")
+        e.push("B", B)
+        e.heartbeat("A", 1.0)
+        e.push("A", A)
+        e.heartbeat("B", 2.0)
+        if ok:
+            assert q.state == "active", q.failed
+            got = q.snapshot()
+            assert sorted(zip(got["a"].tolist(), got["b"].tolist())) == truth
+        else:
+            assert q.state == "failed" and q.fail_rows == len(truth), q.failed
+
+
+def test_multi_condition_joins_equal_brute_force_over_many_steps():
+    """A 3-way join whose third input is linked to both bound ones by two conditions at once (the
+    probe from C: A by A.x = C.x, then B by B.y = C.y AND A.y = B.x), NULL keys included, and a
+    two-column static join, under a cap that never fires and under none: every snapshot equals the
+    brute force over the live windows."""
+    rng = np.random.default_rng(11)
+    T = {"x": np.array([0.0, 1.0, 2.0, 1.0, 0.0]), "y": np.array([0.0, 0.0, 1.0, 1.0, 2.0]),
+         "name": np.arange(5)}
+    for cap in (None, 10**6):
+        e = Engine()
+        for s in "ABC":
+            e.execute(f"CREATE STREAM {s} (x DOUBLE, y DOUBLE, v INT) TIMESTAMP ts")
+        e.execute("CREATE TABLE T (x DOUBLE, y DOUBLE, name INT)")
+        e.push("T", T)
+        e.controls.set("engine", "engine", "max_rows_per_step", cap)
+        q3 = e.register("SELECT A.v AS a, B.v AS b, C.v AS c FROM A [RANGE 10], B [RANGE 10], C [RANGE 10] "
+                        "WHERE A.x = C.x AND B.y = C.y AND A.y = B.x")
+        qs = e.register("SELECT A.v AS a, T.name AS n FROM A [RANGE 10], T WHERE A.x = T.x AND A.y = T.y")
+        assert "MJoin" in q3.explain()
+        rows = {s: [] for s in "ABC"}
+        vid = 0
+        for r in range(10):
+            for s in "ABC":
+                n = int(rng.integers(3, 12))
+                x = rng.integers(0, 3, n).astype(float)
+                y = rng.integers(0, 3, n).astype(float)
+                x[rng.random(n) < 0.15] = np.nan
+                y[rng.random(n) < 0.15] = np.nan
+                b = {"ts": np.sort(3.0 * r + 3.0 * rng.random(n)), "x": x, "y": y, "v": vid + np.arange(n)}
+                vid += n
+                rows[s] += _records(b)
+                e.push(s, b)
+            for s in "ABC":
+                e.heartbeat(s, 3.0 * r + 3.0)
+            t = q3.clock
+            assert t == qs.clock == 3.0 * r + 3.0
+            A, B, C = (_live(rows[s], t) for s in "ABC")
+            want = sorted((a["v"], b["v"], c["v"]) for a in A for b in B for c in C
+                          if _eq(a["x"], c["x"]) and _eq(b["y"], c["y"]) and _eq(a["y"], b["x"]))
+            got = q3.snapshot()
+            assert sorted(zip(got["a"].tolist(), got["b"].tolist(), got["c"].tolist())) == want
+            want = sorted((a["v"], int(n)) for a in A for x, y, n in zip(T["x"], T["y"], T["name"])
+                          if _eq(a["x"], x) and _eq(a["y"], y))
+            got = qs.snapshot()
+            assert sorted(zip(got["a"].tolist(), got["n"].tolist())) == want
+        assert q3.state == qs.state == "active"
+
+
+def test_a_two_column_static_join_is_capped_on_its_true_matches():
+    """The StaticJoin counts matches of both columns at once: 200 table rows share a, one has b."""
+    for cap, ok in ((100, True), (1, True), (None, True)):
+        e = Engine()
+        e.execute("CREATE STREAM S (a INT, b INT) TIMESTAMP ts")
+        e.execute("CREATE TABLE T (a INT, b INT, name INT)")
+        e.push("T", {"a": [1] * 200, "b": list(range(200)), "name": list(range(1000, 1200))})
+        e.controls.set("engine", "engine", "max_rows_per_step", cap)
+        q = e.register("SELECT S.b AS b, T.name AS n FROM S [RANGE 10], T WHERE S.a = T.a AND S.b = T.b")
+        assert "static_join" in [n.kind for n in q.plan.nodes]
+        e.push("S", {"ts": [1.0, 1.0], "a": [1, 2], "b": [5, 5]})
+        assert q.state == "active", q.failed
+        assert q.snapshot()[["b", "n"]].values.tolist() == [[5, 1005]]
+    e.controls.set("engine", "engine", "max_rows_per_step", 1)   # two true matches in one step: refused
+    e.push("S", {"ts": [2.0, 2.0], "a": [1, 1], "b": [6, 7]})
+    assert q.state == "failed" and q.fail_rows == 2, q.failed
+

@@ -202,14 +202,19 @@ class MJoin(Operator):
                 link = [(ci, c) for ci, c in enumerate(self.conditions)
                         if (c[0][0] == j and c[1][0] in bound) or (c[1][0] == j and c[0][0] in bound)]
                 if link:
-                    ci, c = link[0]
-                    other = c[0][0] if c[1][0] == j else c[1][0]
-                    key = (ci, j)
+                    # every condition linking j at once: one key per row (the conditions' key
+                    # fingerprints chained), so the runs hold the true matches, not those of the
+                    # first condition only; ``rest`` re-checks each condition (64-bit collisions)
+                    cis = tuple(ci for ci, _ in link)
+                    others = [c[0][0] if c[1][0] == j else c[1][0] for _, c in link]
+                    key = (cis, j)
                     if key not in sorted_cache:
-                        o = np.argsort(ccodes[ci][j], kind="stable")
-                        sorted_cache[key] = (o, ccodes[ci][j][o])
+                        kj = ccodes[cis[0]][j] if len(cis) == 1 else mix_rids(*[ccodes[ci][j] for ci in cis])
+                        o = np.argsort(kj, kind="stable")
+                        sorted_cache[key] = (o, kj[o])
                     o, srt = sorted_cache[key]
-                    pc = ccodes[ci][other][idx[other]]
+                    pcs = [ccodes[ci][other][idx[other]] for ci, other in zip(cis, others)]
+                    pc = pcs[0] if len(pcs) == 1 else mix_rids(*pcs)
                     lo = np.searchsorted(srt, pc, side="left")
                     hi = np.searchsorted(srt, pc, side="right")
                     rest = link[1:]
@@ -365,17 +370,15 @@ class StaticJoin(Operator):
         for sc, _ in self.on:
             if sc not in ch.columns:
                 raise SketchQLError(f"stream has no join column {sc!r} (columns {ch.names})")
-        codes = [joint_codes([[ch.columns[sc]], [tb.columns[tc]]]) for sc, tc in self.on]
-        o = np.argsort(codes[0][1], kind="stable")
-        srt = codes[0][1][o]
-        check_step_rows(int((np.searchsorted(srt, codes[0][0], side="right")
-                             - np.searchsorted(srt, codes[0][0], side="left")).sum()), "StaticJoin")
-        pi, bpos = expand_matches(codes[0][0], srt)
+        # one code per row over every join column (equal iff all columns are): the runs of the
+        # sorted table codes are the true matches, counted before they are built
+        cs, ct = joint_codes([[ch.columns[sc] for sc, _ in self.on], [tb.columns[tc] for _, tc in self.on]])
+        o = np.argsort(ct, kind="stable")
+        srt = ct[o]
+        check_step_rows(int((np.searchsorted(srt, cs, side="right")
+                             - np.searchsorted(srt, cs, side="left")).sum()), "StaticJoin")
+        pi, bpos = expand_matches(cs, srt)
         ti = o[bpos]
-        ok = np.ones(len(pi), bool)
-        for cs, ct in codes[1:]:
-            ok &= cs[pi] == ct[ti]
-        pi, ti = pi[ok], ti[ok]
         self._work += len(ch) + len(pi)
         cols = {c: v[pi] for c, v in ch.columns.items()}
         for c, v in tb.columns.items():
