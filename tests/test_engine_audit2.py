@@ -538,3 +538,62 @@ def test_a_two_column_static_join_is_capped_on_its_true_matches():
     e.push("S", {"ts": [2.0, 2.0], "a": [1, 1], "b": [6, 7]})
     assert q.state == "failed" and q.fail_rows == 2, q.failed
 
+
+_EXPIRY_QUERIES = ["SELECT * FROM A [RANGE 10]", "SELECT DISTINCT k FROM A [RANGE 10]",
+                   "SELECT A.k AS k FROM A [RANGE 10], B [RANGE 10] WHERE A.k = B.k",
+                   "SELECT k, COUNT(*) AS c FROM A [RANGE 10] GROUP BY k"]
+
+
+@pytest.mark.parametrize("sql", _EXPIRY_QUERIES)
+def test_expirations_never_count_toward_the_row_cap(sql):
+    """A window of 150 rows built 10 at a time under a cap of 100 empties itself in one step (a
+    heartbeat past its range): 150 retractions, not refused; the results then equal the brute
+    force (nothing live), and a step with 101 new rows is still refused."""
+    e = Engine()
+    e.execute("CREATE STREAM A (k INT) TIMESTAMP ts")
+    e.execute("CREATE STREAM B (k INT) TIMESTAMP ts")
+    e.controls.set("engine", "engine", "max_rows_per_step", 100)
+    q = e.register(sql)
+    for i in range(15):
+        for s in "AB":
+            e.push(s, {"ts": [i / 10] * 10, "k": list(range(i * 10, i * 10 + 10))})
+    assert len(q.snapshot()) == 150            # every k once, in both streams: 150 rows / pairs / groups
+    e.heartbeat("A", 50.0)
+    e.heartbeat("B", 50.0)
+    assert q.state == "active", q.failed
+    assert q.clock == 50.0 and len(q.snapshot()) == 0
+    assert q.stats()["changes_out"] >= 300     # 150 + and 150 − changes, all recorded
+    for s in "AB":
+        e.push(s, {"ts": [60.0] * 101, "k": list(range(101))})
+    assert q.state == "failed" and q.fail_rows == 101, q.failed
+
+
+def test_a_join_step_that_expires_many_and_builds_few_is_capped_on_the_new_pairs():
+    """One step of A ⋈ B retracts the 61 pairs of the expiring rows and builds 50 new ones (new B
+    rows meeting live A rows; brute force): a cap of 50 passes it, 49 refuses it and names 50."""
+    A = {"ts": np.arange(150) / 100, "k": np.arange(150)}      # ts 0 .. 1.49
+    B2 = {"ts": np.full(60, 10.605), "k": np.arange(100, 160)}
+    for cap, ok in ((50, True), (49, False)):
+        e = Engine()
+        e.execute("CREATE STREAM A (k INT) TIMESTAMP ts")
+        e.execute("CREATE STREAM B (k INT) TIMESTAMP ts")
+        e.controls.set("engine", "engine", "max_rows_per_step", 10_000)
+        q = e.register("SELECT A.k AS a, B.ts AS bt FROM A [RANGE 10], B [RANGE 10] WHERE A.k = B.k")
+        e.push("A", A)
+        e.push("B", A)
+        e.heartbeat("A", 10.605)
+        n_before = len(q.snapshot())
+        e.controls.set("engine", "engine", "max_rows_per_step", cap)
+        e.push("B", B2)
+        allA, allB = _records(A), _records(A) + _records(B2)
+        live = sorted((a["k"], b["ts"]) for a in _live(allA, 10.605) for b in _live(allB, 10.605) if a["k"] == b["k"])
+        assert n_before - (len(live) - 50) == 61    # the step retracts 61 pairs (k 0..60 expire)
+        new = [p for p in live if p[1] == 10.605]
+        assert len(new) == 50                    # A k 100..149 are live at 10.605 (ts > 0.605)
+        if ok:
+            assert q.state == "active", q.failed
+            got = q.snapshot()
+            assert sorted(zip(got["a"].tolist(), got["bt"].tolist())) == live
+        else:
+            assert q.state == "failed" and q.fail_rows == 50, q.failed
+

@@ -615,9 +615,10 @@ class Engine:
                                   "every queue is empty (engine.run / engine.idle give more)",
                               effect={"memory": -1, "cpu": 1, "precision": 0}),
         "max_rows_per_step": Knob("max_rows_per_step", DEFAULT_MAX_ROWS_PER_STEP, "int", lo=1, nullable=True,
-                                  doc="most rows one step (a batch or heartbeat) may make any operator of a query "
-                                      "produce, for queries without their own max_rows_per_step (a join counts "
-                                      "its matches before building them); over it that query fails (state "
+                                  doc="most new rows (sign +1: expiring rows never count) one step (a batch or "
+                                      "heartbeat) may make any operator of a query produce, for queries without "
+                                      "their own max_rows_per_step (a join counts its true matches over every "
+                                      "equality before building them); over it that query fails (state "
                                       "'failed', results so far kept) and the others go on; null = no cap",
                                   effect={"memory": 1, "cpu": 1, "precision": 0}),
         "share_plans": Knob("share_plans", True, "bool",

@@ -11,7 +11,7 @@ from ..approx.sampling import PI_COLUMN
 from ..control import ControlTable, Knob
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes, dstream, istream, rstream, snapshot
-from ..operators.exact.base import StepRowLimit, row_cap
+from ..operators.exact.base import StepRowLimit, new_rows, row_cap
 from ..planner.explain import explain_plan
 from ..planner.plan import Plan, PlanNode
 from .errors import HistoryUnavailable, SnapshotPastClock
@@ -181,9 +181,11 @@ class Query:
         if self.failed is not None:
             return
         cap = self.row_cap()
-        if cap is not None and out is not None and len(out) > cap:     # operators that cannot count first
-            self._fail(now, StepRowLimit(len(out), cap, "the plan's output"), self._done_at)
-            return
+        if cap is not None and out is not None:      # operators that cannot count first: new rows only
+            n = new_rows(out)
+            if n > cap:
+                self._fail(now, StepRowLimit(n, cap, "the plan's output"), self._done_at)
+                return
         if out is not None and len(out):
             self._record(out)
         self._done_at = now
@@ -527,8 +529,9 @@ class Query:
                                doc="newest result changes kept for snapshots and polls; null = unbounded",
                                effect={"memory": 1, "cpu": 0, "precision": 0}),
         "max_rows_per_step": Knob("max_rows_per_step", None, "int", lo=1, nullable=True,
-                                  doc="most rows one step (a batch or heartbeat) may make any operator of this "
-                                      "query produce (a join counts its matches before building them); over "
+                                  doc="most new rows (sign +1: expiring rows never count) one step (a batch or "
+                                      "heartbeat) may make any operator of this query produce (a join counts "
+                                      "its true matches before building them); over "
                                       "it the query fails (state 'failed', results so far kept); null = the "
                                       "engine's max_rows_per_step",
                                   effect={"memory": 1, "cpu": 1, "precision": 0}),

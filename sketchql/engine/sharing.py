@@ -90,7 +90,7 @@ import numpy as np
 
 from ..errors import SketchQLError
 from ..operators.changes import Batch, Changes
-from ..operators.exact.base import _ROW_CAP, StepRowLimit, check_step_rows, row_cap
+from ..operators.exact.base import _ROW_CAP, StepRowLimit, check_step_rows, new_rows, row_cap
 from .query import without_pi
 
 __all__ = ["WindowStore", "StoreScan", "SharedOperator", "Sharing", "canon"]
@@ -412,7 +412,7 @@ class SharedConsumer:
     def step(self, now, *inputs):
         out = self.shared._read(self.cid, float(now), inputs)
         if out is not None:       # the shared step ran under the largest cap of its consumers: this one's
-            check_step_rows(len(out), type(self.shared.op).__name__)
+            check_step_rows(new_rows(out), type(self.shared.op).__name__)    # (expirations: never)
         return out
 
     def state_size(self) -> int:

@@ -10,7 +10,8 @@ import numpy as np
 from ...errors import LateTupleError, SketchQLError
 from ..changes import Batch, Changes
 
-__all__ = ["Operator", "WKS", "WK", "STR", "StepRowLimit", "row_cap", "check_step_rows"]
+__all__ = ["Operator", "WKS", "WK", "STR", "StepRowLimit", "row_cap", "check_step_rows", "step_row_cap",
+           "new_rows"]
 
 # update patterns (golab-ozsu-update-pattern-aware, section 3)
 WKS = "weakest"   # results expire in FIFO (generation) order
@@ -44,13 +45,38 @@ def row_cap(cap: Optional[int]):
         _ROW_CAP.reset(tok)
 
 
+def step_row_cap() -> Optional[int]:
+    """The cap of the running step (None: no cap): operators skip counting when there is none."""
+    return _ROW_CAP.get()
+
+
 def check_step_rows(n: int, what: str) -> None:
-    """Raise :class:`StepRowLimit` if ``n`` rows exceed the cap of the running step.  Operators that
-    can count their output before building it (hash joins: the matches per probe key) call it
-    first, so the refused rows are never materialized."""
+    """Raise :class:`StepRowLimit` if ``n`` new rows exceed the cap of the running step.
+
+    ``n`` counts the rows a step builds with sign +1 only: expiring / retracting rows is never
+    refused (a window of 3M rows must be able to empty itself).  Operators that can count their
+    output before building it (hash joins: the matches per probe key) call it first, so the
+    refused rows are never materialized."""
     cap = _ROW_CAP.get()
     if cap is not None and n > cap:
         raise StepRowLimit(n, cap, what)
+
+
+def new_rows(out) -> int:
+    """The rows of an operator's output that count toward the cap: those with sign > 0 of a
+    :class:`Changes`, every row of a :class:`Batch` (or of anything else with a length).
+
+    >>> import numpy as np
+    >>> b = Batch({"x": np.arange(3)}, ts=np.arange(3.0))
+    >>> new_rows(Changes(b, [-1, -1, 1], [1.0, 1.0, 2.0], [0, 1, 2])), new_rows(b), new_rows(None)
+    (1, 3, 0)
+    """
+    if out is None:
+        return 0
+    sign = getattr(out, "sign", None)
+    if sign is not None:
+        return int(np.count_nonzero(np.asarray(sign) > 0))
+    return len(out)
 
 
 class Operator:

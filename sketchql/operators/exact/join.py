@@ -10,7 +10,7 @@ from ...errors import SketchQLError
 from ..changes import Batch, Changes, mix_rids
 from ._kernels import join_emit, join_extend
 from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
-from .base import Operator, WK, check_step_rows
+from .base import Operator, WK, check_step_rows, step_row_cap
 
 __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
 
@@ -225,8 +225,10 @@ class MJoin(Operator):
                     hi = np.full(len(s_), n, np.int64)
                     rest = []
                 total = int((hi - lo).sum())
-                # the matches are counted before join_extend builds them (bounded memory)
-                check_step_rows(total, f"{type(self).__name__} (input {i} probing input {j})")
+                if step_row_cap() is not None:
+                    # the new rows are counted before join_extend builds them (bounded memory)
+                    check_step_rows(_new_pairs(lo, hi, o, nw_, S[j].new, S[j].touched if j < i else None),
+                                    f"{type(self).__name__} (input {i} probing input {j})")
                 self._work += total
                 # one compiled pass: expand the key runs, drop pairs built by another touched
                 # member, prune at once a partial composite whose members' lifetimes do not
@@ -287,6 +289,27 @@ class MJoin(Operator):
             for c, arr in S[k].cols.items():
                 cols[self.prefixes[k] + c] = arr.take(v)
         return Changes(Batch(cols, ts=ts), sign, at, rid.view(np.int64), sort=False)
+
+
+def _new_pairs(lo, hi, o, nw, newj, skipj) -> int:
+    """How many candidate pairs (p, o[q]), lo[p] <= q < hi[p], that ``join_extend`` keeps past its
+    ownership test have a new member: p's rows of j not in ``skipj`` (the touched rows of j, which
+    another member builds, when j has the lower index; None: none) when p has a new member
+    (``nw[p]``), else those that are also new (``newj``).  An upper bound of the + rows this probe
+    level can lead to (the lifetime test may prune more); pairs of old rows only (retractions)
+    are never counted, nor refused.  O(|j|) (one prefix sum over the run order) when a mask is
+    needed."""
+
+    def in_runs(mask, sel) -> int:          # rows of j with ``mask`` in the runs of partials ``sel``
+        if not sel.any() or (mask is not None and not mask.any()):
+            return 0
+        if mask is None or mask.all():
+            return int((hi[sel] - lo[sel]).sum())
+        cum = np.concatenate([[0], np.cumsum(mask[o], dtype=np.int64)])
+        return int((cum[hi[sel]] - cum[lo[sel]]).sum())
+
+    keep = None if skipj is None else ~skipj
+    return in_runs(keep, nw) + in_runs(newj if keep is None else newj & keep, ~nw)
 
 
 def _ranks(ev: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -375,8 +398,10 @@ class StaticJoin(Operator):
         cs, ct = joint_codes([[ch.columns[sc] for sc, _ in self.on], [tb.columns[tc] for _, tc in self.on]])
         o = np.argsort(ct, kind="stable")
         srt = ct[o]
-        check_step_rows(int((np.searchsorted(srt, cs, side="right")
-                             - np.searchsorted(srt, cs, side="left")).sum()), "StaticJoin")
+        if step_row_cap() is not None:             # only the + rows' matches count (new rows)
+            plus = cs[ch.sign > 0]
+            check_step_rows(int((np.searchsorted(srt, plus, side="right")
+                                 - np.searchsorted(srt, plus, side="left")).sum()), "StaticJoin")
         pi, bpos = expand_matches(cs, srt)
         ti = o[bpos]
         self._work += len(ch) + len(pi)
