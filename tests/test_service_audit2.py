@@ -196,7 +196,13 @@ def test_demo_batches_survive_a_restart(tmp_path):
 
 
 # -- minor: successors of a producer's batch refused before its turn fail fast ---------------------------
+def _producers_known(srv) -> int:
+    return srv.client.get("/health").json()["producers"]["producers"]
+
+
 def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
+    """Batch 0 of a producer is refused before its turn (body stalled: 408; too big: 413) while batch 1
+    waits for it, or (``late``) before batch 1 arrives: batch 1 is a 409 at once, not after the wait."""
     from service_server import Server
 
     srv = Server(None, ["--no-demo", "--body-read-timeout", "1", "--max-sequence-wait", "8"])
@@ -204,7 +210,8 @@ def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
         srv.wait_ready()
         assert srv.client.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
         body = json.dumps({"rows": [{"ts": 1, "k": 1}]}).encode()
-        for case, pid in (("stalled", "P"), ("too_big", "Q")):
+        for case, pid, late in (("stalled", "P", False), ("too_big", "Q", False), ("stalled", "R", True),
+                                ("too_big", "S", True)):
             res = {}
 
             def seq1():
@@ -213,19 +220,22 @@ def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
                                     headers={"x-producer-id": pid, "x-producer-seq": "1"})
                 res["r"], res["s"] = r, time.monotonic() - t
             th = threading.Thread(target=seq1)
+            if not late:                               # batch 1 waits for its turn before batch 0 is refused
+                known = _producers_known(srv)
+                th.start()
+                deadline = time.monotonic() + 30
+                while _producers_known(srv) == known:
+                    assert time.monotonic() < deadline, "batch 1 never reached the producer table"
+                    time.sleep(0.02)
             if case == "stalled":                      # seq 0's body stalls: 408 after 1 s
                 sock = socket.create_connection(("127.0.0.1", srv.port))
                 sock.sendall(b"POST /streams/A/batches HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-                             b"x-producer-id: P\r\nx-producer-seq: 0\r\ncontent-length: %d\r\n\r\n" % len(body)
-                             + body[:10])
-                time.sleep(0.2)
-                th.start()
-                sock.settimeout(10)
+                             b"x-producer-id: %s\r\nx-producer-seq: 0\r\ncontent-length: %d\r\n\r\n"
+                             % (pid.encode(), len(body)) + body[:10])
+                sock.settimeout(30)
                 assert b" 408 " in sock.recv(300)[:20]
                 sock.close()
             else:                                      # seq 0 is over max_body_bytes: 413
-                th.start()
-                time.sleep(0.5)
                 big = b'{"rows": [' + b'{"ts": 3, "k": 1},' * 500_000 + b'{"ts": 3, "k": 1}]}'
                 try:
                     r = srv.client.post("/streams/A/batches", content=big,
@@ -233,10 +243,12 @@ def test_successors_of_a_batch_refused_before_its_turn_fail_fast(tmp_path):
                     assert r.status_code == 413
                 except Exception:                      # the server may close before reading it all
                     pass
+            if late:                                   # batch 1 comes after the refusal
+                th.start()
             th.join(30)
             r = res["r"]
-            assert r.status_code == 409 and r.json()["error"]["type"] == "sequence_gap", (case, r.text)
-            assert "refused" in r.json()["error"]["message"] and res["s"] < 5.0, (case, res["s"])
+            assert r.status_code == 409 and r.json()["error"]["type"] == "sequence_gap", (case, late, r.text)
+            assert "refused" in r.json()["error"]["message"] and res["s"] < 5.0, (case, late, res["s"])
             ok = srv.client.post("/streams/A/batches", content=body,
                                  headers={"x-producer-id": pid, "x-producer-seq": "0", **JSON})
             assert ok.status_code == 200 and ok.json()["accepted"] == 1
@@ -547,3 +559,29 @@ def test_automatic_indexes_do_not_count_toward_max_summaries(tmp_path):
         r = c.post("/streams", json={"sql": ddl.format(name)})
         assert r.status_code == 400 and r.json()["error"]["type"] == "reserved_name", r.text
     assert c.post("/summaries/load", json={"path": str(p), "as": "_auto_A_k"}).status_code == 409
+
+
+def test_refusing_a_new_producers_first_batch_records_it_bounded():
+    import asyncio
+
+    from sketchql.service.errors import ApiError
+    from sketchql.service.producers import Producers
+
+    async def main():
+        p = Producers(max_producers=2, wait_s=5.0)
+        p.refuse("N", 3)                               # not its first batch: nothing to record
+        assert p.status()["producers"] == 0
+        p.refuse("N", 0)
+        assert p.status()["producers"] == 1
+        t = time.monotonic()
+        with pytest.raises(ApiError) as ei:
+            await p.turn("N", 1)
+        assert ei.value.status == 409 and "refused" in str(ei.value.message) and time.monotonic() - t < 1.0
+        turn = await p.turn("N", 0)                    # its resend takes the turn
+        assert not turn.duplicate
+        p.refuse("M", 0)                               # the table is bounded: N busy, M in, then
+        assert p.status()["producers"] == 2
+        p.refuse("O", 0)                               # M (idle) forgotten for O, N busy stays
+        st = p.status()
+        assert st["producers"] == 2 and st["evicted"] == 1
+    asyncio.run(main())

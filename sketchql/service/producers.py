@@ -196,10 +196,19 @@ class Producers:
     def refuse(self, producer: str, seq: int) -> None:
         """Batch ``seq`` of ``producer`` was refused before taking its turn (its body: 408, 413): when it
         is the next expected one and no batch of the producer is being admitted, the later ones waiting
-        fail fast as after any refusal (:meth:`leave` with ``refused``)."""
+        fail fast as after any refusal (:meth:`leave` with ``refused``).  A producer not in the table yet
+        gets its entry when the refused batch is its first (0; bounded by ``max_producers`` as in
+        :meth:`turn`), so its batch 1 arriving after the refusal fails fast too."""
         with self._lock:
             p = self._table.get(producer)
-            if p is None or p.busy or p.next != seq:
+            if p is None:
+                if seq != 0 or producer in self._forgotten:
+                    return
+                try:
+                    p = self._get(producer)
+                except ApiError:              # every entry busy: its successors wait as before
+                    return
+            if p.busy or p.next != seq:
                 return
             p.refused = seq
             waiters, p.waiters = p.waiters, []
