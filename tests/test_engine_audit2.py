@@ -597,3 +597,22 @@ def test_a_join_step_that_expires_many_and_builds_few_is_capped_on_the_new_pairs
         else:
             assert q.state == "failed" and q.fail_rows == 50, q.failed
 
+
+def test_an_engine_from_a_checkpoint_older_than_the_row_cap_enforces_the_default_it_shows():
+    """A checkpoint written before ``max_rows_per_step`` existed has no such runtime entry: the
+    control table shows the default (2,000,000) and the queries enforce it (the 9M-pair self-join
+    batch is refused, counted before it is built)."""
+    from sketchql.engine.checkpoint import dumps, loads
+    eng, j, c, sel = _d10_engine()
+    bs = _d10_batches()
+    for b in bs[:4]:
+        eng.push("A", b)
+    del eng.runtime["max_rows_per_step"]                   # as in an engine pickled before the knob
+    old = loads(dumps(eng))
+    assert "max_rows_per_step" not in old.runtime
+    shown = old.controls.get("engine", "engine").knobs["max_rows_per_step"].value
+    q = {x.id: x for x in old.queries}
+    assert shown == 2_000_000 and q[j.id].row_cap() == shown and q[sel.id].row_cap() == shown
+    old.push("A", bs[4])                                    # 3000² pairs in one step
+    assert q[j.id].state == "failed" and q[j.id].fail_cap == 2_000_000 and q[j.id].fail_rows >= 3000 ** 2
+    assert q[c.id].state == "active" and int(q[c.id].snapshot()["n"].iloc[0]) == sum(len(b["ts"]) for b in bs[:5])

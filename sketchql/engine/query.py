@@ -174,7 +174,9 @@ class Query:
         if self.max_rows_per_step is not None:
             return self.max_rows_per_step
         eng = getattr(self, "_engine", None)
-        return None if eng is None else eng.runtime.get("max_rows_per_step")
+        # the same accessor as the engine's control table: an engine restored from a checkpoint
+        # written before the knob existed gets the default, as its control table shows
+        return None if eng is None else eng._knob_value("max_rows_per_step")
 
     def _deliver(self, now: float, out) -> None:
         """The root's output of the step at ``now`` (inline, or from the scheduler's sink)."""
