@@ -585,3 +585,65 @@ def test_refusing_a_new_producers_first_batch_records_it_bounded():
         st = p.status()
         assert st["producers"] == 2 and st["evicted"] == 1
     asyncio.run(main())
+
+
+# -- hK review: the SSE streams of a failed query end -----------------------------------------------------
+def _read_until(s, marker: bytes, timeout: float) -> bytes:
+    s.settimeout(0.2)
+    got, deadline = b"", time.monotonic() + timeout
+    while marker not in got and time.monotonic() < deadline:
+        try:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        except socket.timeout:
+            pass
+    return got
+
+
+def test_sse_streams_of_a_failed_query_get_its_rows_then_end_and_free_their_slots():
+    from service_server import Server
+
+    srv = Server(None, ["--no-demo", "--max-sse-clients", "2"])
+    socks = []
+    try:
+        srv.wait_ready()
+        assert srv.client.post("/streams", json={"sql": "CREATE STREAM P (k INT) TIMESTAMP ts"}).status_code == 201
+        q = srv.client.post("/queries", json={"sql": "SELECT k FROM P [RANGE 100]"}).json()["id"]
+        assert srv.client.patch(f"/control/query/q{q}", json={"max_rows_per_step": 3}).status_code == 200
+        assert srv.client.post("/streams/P/batches", json={"rows": [{"k": 1, "ts": 1}, {"k": 2, "ts": 2}]}
+                               ).status_code == 200
+        for _ in range(2):                                # the slots: both taken
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(f"GET /queries/{q}/stream HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert b"event: rows" in _read_until(s, b"event: rows", 10)
+            socks.append(s)
+        assert srv.client.get(f"/queries/{q}/stream").status_code == 503
+        r = srv.client.post("/streams/P/batches", json={"rows": [{"k": i, "ts": 3} for i in range(10)]})
+        assert r.status_code == 200, r.text
+        info = srv.client.get(f"/queries/{q}").json()
+        assert info["state"] == "failed" and "max_rows_per_step" in info["error"], info
+        listed = next(x for x in srv.client.get("/queries").json()["queries"] if x["id"] == q)
+        assert (listed["state"], listed["error"]) == ("failed", info["error"])
+        for s in socks:                                   # woken by the failure: end with the error, closed
+            got = _read_until(s, b"event: end", 10)
+            assert b"event: end" in got, got[-300:]
+            end = json.loads(got.split(b"event: end\n", 1)[1].split(b"data: ", 1)[1].split(b"\n", 1)[0])
+            assert end["state"] == "failed" and end["error"] == info["error"]
+            s.close()
+        socks = []
+        deadline = time.monotonic() + 10
+        while srv.client.get("/health").json()["sse"]["clients"]:
+            assert time.monotonic() < deadline, "the failed query's SSE slots did not come back"
+            time.sleep(0.05)
+        # a stream opened on the failed query later: its rows, then the end, at once
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(f"GET /queries/{q}/stream?since=0 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        got = _read_until(s, b"event: end", 10)
+        s.close()
+        assert b'"k":1' in got and b'"k":2' in got and b"event: end" in got, got[-300:]
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()

@@ -11,8 +11,10 @@ The event id is the cursor to continue from, so a client that reconnects with
 ``Last-Event-ID: <id of the last event it processed>`` receives every row
 exactly once (the header wins over ``?since=``).  A client that fell further
 behind than the buffer holds gets the oldest rows still held, and the event's
-``missed`` says exactly how many rows it lost.  When the query is deleted the
-stream sends ``event: end`` and closes.  A comment line (``: keepalive``) is
+``missed`` says exactly how many rows it lost.  When the query is deleted, or
+has failed (state ``failed``, e.g. past ``max_rows_per_step``: no more rows will
+come) and its stream has sent every row it made, the stream sends ``event: end``
+(``reason``; ``error`` for a failed query) and closes, freeing its slot.  A comment line (``: keepalive``) is
 sent after ``keepalive`` seconds without rows.  ``max_events`` (optional)
 closes the stream after that many ``rows`` events.
 
@@ -56,6 +58,13 @@ def subscribe(state, qid: int):
 
 
 _GONE = object()
+
+
+class _Failed:
+    """The query failed and every row it made was sent: the stream ends with its error."""
+
+    def __init__(self, error: str):
+        self.error = error
 _PAGES = 64            # rendered events kept for the other streams at the same cursor
 
 
@@ -68,11 +77,14 @@ async def _next_event(state, qid: int, cursor: int, limit: int):
     read of the same cursor."""
     since = max(int(cursor), 0)
     log_ = state.logs.get(qid)
-    if log_ is None or not any(q.id == qid for q in state.engine.queries):
+    q = next((x for x in state.engine.queries if x.id == qid), None)
+    if log_ is None or q is None:
         return _GONE
+    # set by the service once it has drained the failed query's last rows (read before the bounds)
+    failed = q.failed if getattr(log_, "_failed_seen", False) else None
     first, total = log_.first, log_.total              # (ints; a stale pair only costs a cache miss)
     if since >= total and since >= first:
-        return None
+        return None if failed is None else _Failed(failed)
     pages = state.__dict__.setdefault("_sse_pages", OrderedDict())
     key = (qid, since, limit, first, total)
     fut = pages.get(key)
@@ -120,6 +132,10 @@ async def result_events(state, qid: int, cursor: int, limit: int, request, keepa
             event = await _next_event(state, qid, cursor, limit)
             if event is _GONE:
                 yield format_event({"query": qid, "reason": "the query was deleted"}, event="end")
+                return
+            if isinstance(event, _Failed):
+                yield format_event({"query": qid, "reason": "the query failed", "state": "failed",
+                                    "error": event.error}, event="end")
                 return
             if event is not None:
                 text, cursor = event

@@ -142,6 +142,10 @@ class ServiceState:
             if log_.total != getattr(log_, "_seen", -1):
                 grew.append(q.id)
                 log_._seen = log_.total
+            elif q.failed is not None and not getattr(log_, "_failed_seen", False):
+                grew.append(q.id)             # failed (e.g. max_rows_per_step): its SSE streams end
+            if q.failed is not None:
+                log_._failed_seen = True
         if grew and not self.replaying:
             self.notifier.notify(grew)        # only the SSE clients of the queries that grew
 
@@ -683,6 +687,7 @@ class ServiceState:
     def _describe_query(self, q, full=True) -> dict:
         out = {"id": q.id, "sql": q.sql, "view": q.view, "columns": list(q.names), "engine": q.plan.engine,
                "clock": json_number(q.clock), "active": bool(getattr(q, "active", True)),
+               "state": q.state, "error": q.failed,
                "weight": jsonable(getattr(q, "weight", 1.0)),
                "links": {"self": f"/queries/{q.id}", "results": f"/queries/{q.id}/results?since=0",
                          "stream": f"/queries/{q.id}/stream", "snapshot": f"/queries/{q.id}/snapshot",
