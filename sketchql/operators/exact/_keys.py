@@ -52,6 +52,23 @@ def joint_codes(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
     return out
 
 
+def null_rows(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """True where any of the key ``arrays`` is NULL (NaN / None): such a key equals nothing in a
+    join (SQL), though :func:`group_codes` groups NULLs together.
+
+    >>> null_rows([np.array([1.0, np.nan]), np.array(["a", None], dtype=object)]).tolist()
+    [False, True]
+    """
+    null = np.zeros(len(arrays[0]) if len(arrays) else 0, bool)
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            null |= np.isnan(a)
+        elif a.dtype.kind in "OU":
+            null |= pd.isna(a.astype(object))
+    return null
+
+
 def segment_starts(sorted_codes: np.ndarray) -> np.ndarray:
     """Boolean mask: first element of each run of equal codes."""
     m = np.ones(len(sorted_codes), dtype=bool)

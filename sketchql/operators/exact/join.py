@@ -9,7 +9,7 @@ import numpy as np
 from ...errors import SketchQLError
 from ..changes import Batch, Changes, mix_rids
 from ._kernels import join_emit, join_extend
-from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes
+from ._keys import _NULL_FP, expand_matches, fingerprints, joint_codes, null_rows
 from .base import Operator, WK, check_step_rows, step_row_cap
 
 __all__ = ["MJoin", "SymmetricHashJoin", "StaticJoin"]
@@ -395,7 +395,10 @@ class StaticJoin(Operator):
                 raise SketchQLError(f"stream has no join column {sc!r} (columns {ch.names})")
         # one code per row over every join column (equal iff all columns are): the runs of the
         # sorted table codes are the true matches, counted before they are built
-        cs, ct = joint_codes([[ch.columns[sc] for sc, _ in self.on], [tb.columns[tc] for _, tc in self.on]])
+        skeys, tkeys = [ch.columns[sc] for sc, _ in self.on], [tb.columns[tc] for _, tc in self.on]
+        cs, ct = joint_codes([skeys, tkeys])
+        # a NULL key equals nothing (SQL), though the codes group NULLs: codes are >= 0, so -1 / -2
+        cs, ct = np.where(null_rows(skeys), -1, cs), np.where(null_rows(tkeys), -2, ct)
         o = np.argsort(ct, kind="stable")
         srt = ct[o]
         if step_row_cap() is not None:             # only the + rows' matches count (new rows)
