@@ -357,21 +357,19 @@ def test_sse_clients_past_max_sse_clients_get_503_json_and_other_queries_do_not_
         r = srv.client.get(f"/queries/{q1}/stream")
         assert r.status_code == 503 and r.json()["error"]["limit"] == "max_sse_clients", r.text
         assert srv.client.get("/health").json()["sse"]["clients"] == 3
-        for t in range(5):                          # q1 grows, q2 does not: q2's streams send nothing more
+        woken = lambda: srv.client.get("/health").json()["sse"]["wakeups"]     # noqa: E731 (streams' wake-ups)
+        w0 = woken()
+        for t in range(5):                          # q1 grows, q2 does not: q2's streams are not woken
             assert srv.client.post("/streams/P/batches", json={"rows": [{"k": t, "ts": t + 1}]}).status_code == 200
-        time.sleep(0.3)
+        time.sleep(0.5)                             # (a notifier waking everyone: 15 wake-ups by now)
+        assert woken() == w0
+        assert srv.client.post("/streams/P/batches", json={"rows": [{"k": -1, "ts": 6}]}).status_code == 200
+        deadline = time.monotonic() + 10            # q2 grows: each of its 3 streams woken, once
+        while woken() < w0 + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert woken() == w0 + 3
         for s in socks:
-            s.settimeout(0.3)
-            got = b""
-            try:
-                while True:
-                    d = s.recv(65536)
-                    if not d:
-                        break
-                    got += d
-            except socket.timeout:
-                pass
-            assert b"event: rows" not in got
+            assert b"event: rows" in _read_until(s, b"event: rows", 10)
         for s in socks:
             s.close()
         socks = []

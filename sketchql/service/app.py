@@ -555,7 +555,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
                "checkpoint_error": checkpointer.error, "apply": state.applier.status(),
                "producers": state.producers.status(),
                "sse": {"clients": state.notifier.count, "max_sse_clients": limits.max_sse_clients,
-                       "refused": state.notifier.refused}}
+                       "refused": state.notifier.refused, "wakeups": state.notifier.woken}}
         if state.applier.error_count:          # an acknowledged batch the engine failed to apply
             out["status"] = "degraded"
         if feeder is not None:

@@ -187,6 +187,7 @@ class Notifier:
         self._keys: dict = {}            # asyncio.Event -> key
         self.max_subscribers = max_subscribers
         self.refused = 0                 # subscriptions refused past max_subscribers
+        self.woken = 0                   # wake-ups the SSE streams saw (counted by them: sse.result_events)
 
     @property
     def count(self) -> int:

@@ -146,6 +146,7 @@ async def result_events(state, qid: int, cursor: int, limit: int, request, keepa
                 continue
             try:
                 await asyncio.wait_for(ev.wait(), keepalive)
+                state.notifier.woken += 1
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
                     return
