@@ -645,3 +645,29 @@ def test_sse_streams_of_a_failed_query_get_its_rows_then_end_and_free_their_slot
         for s in socks:
             s.close()
         srv.stop()
+
+
+# -- hK review: the engine moves the clock of a shed batch (no service-side heartbeat), live and on replay ----
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_shed_batches_move_the_clock_live_and_after_a_restart(tmp_path, checkpoint):
+    d = str(tmp_path / "data")
+    app = create_app(demo=False, data_dir=d)
+    c = TestClient(app)
+    assert c.post("/streams", json={"sql": "CREATE STREAM A (k INT) TIMESTAMP ts"}).status_code == 201
+    q = c.post("/queries", json={"sql": "SELECT COUNT(*) AS n FROM A [RANGE 5]"}).json()["id"]
+    assert _push(c, "A", [{"k": 1, "ts": 1}]).status_code == 200
+    assert c.patch("/control/stream/A", json={"shed_rate": 0.9}).status_code == 200
+    if checkpoint:
+        assert c.post("/admin/checkpoint").status_code == 200
+    for t in range(2, 30):
+        assert _push(c, "A", [{"k": 1, "ts": t}, {"k": 2, "ts": t + 0.5}]).json()["clock"] == t + 0.5
+    before = (c.get("/streams/A").json()["stats"], c.get(f"/queries/{q}").json()["clock"], _count(c, q))
+    app.state.sketchql.applier.close()
+    app.state.sketchql.store.close()
+    app = create_app(demo=False, data_dir=d)
+    c = TestClient(app)
+    after = (c.get("/streams/A").json()["stats"], c.get(f"/queries/{q}").json()["clock"], _count(c, q))
+    assert before[0]["clock"] == after[0]["clock"] == 29.5 and before[1:] == after[1:] and before[1] == 29.5
+    assert before[0]["tuples_in"] - before[0]["tuples_kept"] >= 20
+    app.state.sketchql.applier.close()
+    app.state.sketchql.store.close()

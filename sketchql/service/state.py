@@ -478,24 +478,11 @@ class ServiceState:
         if isinstance(item, _AdmittedGroup):
             for b, _ in item.batches:             # each its own push, as if it had come alone
                 self.engine.push(item.stream, b, validated=True)
-                self._clock_to(item.stream, b.ts)
                 self._collect_all()
         else:
             self.engine.push(item.stream, item.columns, validated=item.validated)
-            if item.validated:
-                self._clock_to(item.stream, item.columns.ts)
             self._collect_all()
         self.replay_cost_s += time.perf_counter() - t0
-
-    def _clock_to(self, stream: str, ts) -> None:
-        """Bring the stream's clock to the latest time of a batch it accepted when load shedding dropped
-        that batch's last rows (the engine's clock follows the kept rows only): the receipt, and the
-        admission of the next batches, took the whole batch's time as the clock.  A heartbeat, so the
-        queries' windows move with it; replay does the same."""
-        if len(ts):
-            t = float(np.max(ts))
-            if np.isfinite(t) and t > self.engine.stream(stream).clock:
-                self.engine.heartbeat(stream, t)
 
     def _apply_failed(self, item, exc) -> None:
         self._count_reject(item.stream, item.n, "apply_error")
@@ -528,10 +515,6 @@ class ServiceState:
                 raise from_exception(exc, stream=schema.name) from None
             if producer is not None:
                 self.producers.record(producer[0], producer[1], seq)
-            if not schema.is_table and not self.engine.input_buffered(schema.name):
-                tcol = next((k for k in columns if k.lower() == schema.timestamp.lower()), None)
-                if tcol is not None:
-                    self._clock_to(schema.name, np.asarray(columns[tcol], dtype=np.float64))
             self._collect_all()
             self.replay_cost_s += time.perf_counter() - t0
             clock = None if schema.is_table else self.engine.stream(schema.name).clock
@@ -1109,9 +1092,6 @@ class ServiceState:
                 schema = self._schema(m["stream"])
                 for cols, _ in parse_arrow_batches(op.payload, schema, 1 << 62, 1 << 62):
                     self.engine.push(m["stream"], cols)
-                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
-                    if tcol is not None:
-                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
                     self._collect_all()
             else:
                 if m.get("format") == "arrow":
@@ -1120,11 +1100,6 @@ class ServiceState:
                 else:
                     cols = decode_columns(op.payload)
                 self.engine.push(m["stream"], cols)
-                schema = self.engine.catalog.get(m["stream"])
-                if schema is not None and not schema.is_table and not self.engine.input_buffered(schema.name):
-                    tcol = next((k for k in cols if k.lower() == schema.timestamp.lower()), None)
-                    if tcol is not None:
-                        self._clock_to(schema.name, np.asarray(cols[tcol], dtype=np.float64))
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
