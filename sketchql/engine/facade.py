@@ -305,16 +305,24 @@ class Engine:
         """The shared index of ``stream.col``: the declared summary's when it covers ``window``,
         else one the engine declares (``_auto_<stream>_<col>``, history sized for the window,
         fed like a declared one) and reuses for the next query that needs it."""
-        from .index_adapter import covered_history, declare_auto
-        best = None
+        from .index_adapter import auto_history, covered_history, declare_auto
+        span = window if np.isfinite(window) else 600.0
+        best = deepest = None
         for d in self.catalog.summaries_on(stream):
             if d.index and any(a.lower() == col.lower() for a in d.attrs):
                 ix = next(v for a, v in d.index.items() if a.lower() == col.lower())
-                if covered_history(d) >= (window if np.isfinite(window) else 600.0):
+                if covered_history(d) >= span:
                     return ix
                 best = best or ix
+                if deepest is None or covered_history(d) > covered_history(deepest[0]):
+                    deepest = (d, ix)
         if not declare:
             return None
+        # a window longer than any index can keep (depth is capped): a new index would cover no more
+        # than the deepest one there is, so reuse that one -- automatic indexes stay bounded
+        if deepest is not None and auto_history(span, best.decl if best is not None else None) <= \
+                covered_history(deepest[0]):
+            return deepest[1]
         h = self._streams.get(stream.lower())
         decl = declare_auto(self.catalog, h.schema if h is not None else self.catalog.get(stream), col, window,
                             self.seed, like=best)

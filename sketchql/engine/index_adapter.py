@@ -76,6 +76,14 @@ def _auto_depth(window: float, granularity: float, rate: int) -> int:
     return min(depth + 1, 16)
 
 
+def auto_history(window: float, like_decl=None) -> float:
+    """Seconds of history the index :func:`declare_auto` would declare for ``window`` keeps."""
+    from types import SimpleNamespace
+    g = float(like_decl.granularity) if like_decl is not None else 10.0
+    r = int(like_decl.rate) if like_decl is not None else 2
+    return covered_history(SimpleNamespace(granularity=g, rate=r, depth=_auto_depth(window, g, r)))
+
+
 def declare_auto(catalog, schema, col: str, window: float, seed: int, like=None):
     """Declare (and register in ``catalog``) the index a query needs on ``schema.col``.
 
