@@ -586,17 +586,18 @@ class Engine:
             n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
+        key = h.name.lower()
         for q in self._queries.values():
             if not q.active:
                 continue
-            srcs = [s for s in q.bound.streams if s.schema.name.lower() == h.name.lower()]
+            by_stream = q.stream_sources()
+            srcs = by_stream.get(key)
             if not srcs:
                 continue
             if b is not None:
                 for s in srcs:
                     q._offer(s.index, b, rows)
-            clocks = [self._streams[s.schema.name.lower()].clock for s in q.bound.streams]
-            target = min(clocks)
+            target = min(self._streams[n].clock for n in by_stream)
             if np.isfinite(target):
                 q._advance(target)
 

@@ -119,6 +119,17 @@ class Query:
         self._sharing_notes: list = []       # what EXPLAIN says is shared
 
     # -- feeding ------------------------------------------------------------
+    def stream_sources(self) -> dict:
+        """Stream name (lower case) -> this query's sources reading that stream; built once (a query's
+        streams never change), so dispatching a push does not walk the statement each time."""
+        m = self.__dict__.get("_sources_by_stream")
+        if m is None:
+            m = {}
+            for s in self.bound.streams:
+                m.setdefault(s.schema.name.lower(), []).append(s)
+            self._sources_by_stream = m
+        return m
+
     def _offer(self, src_index: int, b: Batch, rows=None):
         """Buffer a batch of source ``src_index``; ``rows`` = the stream row ids of its tuples
         (the ids under which the shared index holds them; default: none known)."""
