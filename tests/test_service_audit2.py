@@ -466,6 +466,11 @@ def test_request_heads_and_connections_are_bounded():
             except socket.timeout:
                 statuses.append(b"")
         assert any(b" 503 " in x for x in statuses), [x[:40] for x in statuses]
+        i = next(i for i, x in enumerate(statuses) if b" 503 " in x)
+        busy = statuses[i] + _recv_all(socks[i], 3.0)        # the body may come in a later segment
+        assert b"content-type: application/json" in busy.lower(), busy[:200]
+        err = json.loads(busy.split(b"\r\n\r\n", 1)[1])["error"]
+        assert (err["type"], err["limit"], err["value"]) == ("too_many_connections", "max_connections", 8)
         for s in socks:
             s.close()
         socks = []

@@ -26,7 +26,8 @@ connection:
 
 The body is untouched (its size and stalls are bounded by the app's
 ``BodyLimit``), and h11 is not used: httptools' C parser stays on the ingest
-path.  The connection limit is uvicorn's ``limit_concurrency`` (503).
+path.  The connection limit is uvicorn's ``limit_concurrency``, answered 503 JSON
+(``too_many_connections``) instead of uvicorn's plain text.
 """
 from __future__ import annotations
 
@@ -39,6 +40,20 @@ def _response(status: int, type_: str, message: str, **fields) -> bytes:
     body = json.dumps({"error": dict({"type": type_, "message": message, "status": status}, **fields)}).encode()
     return b"".join([STATUS_LINE[status], b"content-type: application/json\r\n",
                      b"content-length: ", str(len(body)).encode(), b"\r\n", b"connection: close\r\n\r\n", body])
+
+
+def _too_many_connections(limit: int):
+    """The ASGI app answering a request past ``limit_concurrency``: 503 JSON, connection closed."""
+    body = json.dumps({"error": {"type": "too_many_connections", "status": 503, "limit": "max_connections",
+                                 "value": int(limit), "message": f"the server serves at most {limit} "
+                                 "connections/requests at once (--max-connections); retry later"}}).encode()
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    return app
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -115,6 +130,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm()
+        lc = self.limit_concurrency
+        if lc is not None and (len(self.connections) >= lc or len(self.tasks) >= lc):
+            # past --max-connections: uvicorn would answer a plain-text 503; answer it as JSON, like
+            # every API error (the request's cycle captures the app, so swapping it here is local)
+            self.logger.warning("Exceeded concurrency limit (--max-connections %s).", lc)
+            app, self.app, self.limit_concurrency = self.app, _too_many_connections(lc), None
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app, self.limit_concurrency = app, lc
+            return
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
