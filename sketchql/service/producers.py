@@ -261,6 +261,10 @@ class Producers:
         self.evicted += 1
         self._forgotten[producer] = p.next
         self._forgotten.move_to_end(producer)
+        self._bound_forgotten()
+
+    def _bound_forgotten(self) -> None:
+        """Drop the oldest forgotten ids past ``max_forgotten`` (counted); under _lock."""
         while len(self._forgotten) > self.max_forgotten:
             self._forgotten.popitem(last=False)
             self.forgotten_dropped += 1
@@ -286,9 +290,7 @@ class Producers:
             self.forgotten_dropped = int(snap.get("dropped", 0))
             for k, n in (snap.get("forgotten") or {}).items():
                 self._forgotten[k] = int(n)
-            while len(self._forgotten) > self.max_forgotten:
-                self._forgotten.popitem(last=False)
-                self.forgotten_dropped += 1
+            self._bound_forgotten()
             for k, n in snap["table"].items():
                 self._table[k] = _Producer(int(n))
                 self._table.move_to_end(k)
