@@ -27,6 +27,80 @@ from .streams import StreamHandle
 DEFAULT_MAX_ROWS_PER_STEP = 2_000_000
 
 
+class _Queries(dict):
+    """The registered queries, ``id -> Query`` in registration order, with an index
+    ``stream (lower case) -> the queries reading it`` in that same order, so that a push touches
+    only the queries of its stream.  The index is rebuilt (O(queries)) on first use after any
+    change of the membership; ``epoch`` counts every such change and every change of a registered
+    query's allocator-visible state (:meth:`Query._touch`: weight, active, knobs, contract,
+    pinned sample rate, audit share) -- the allocator recomputes its signature only when it moved."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.epoch = 0
+        self._by = None
+
+    def _changed(self) -> None:
+        self.__dict__["_by"] = None
+        self.epoch = self.__dict__.get("epoch", 0) + 1
+
+    def on_stream(self, name: str) -> tuple:
+        """The queries reading stream ``name`` (lower case), in registration order."""
+        by = self.__dict__.get("_by")
+        if by is None:
+            by = {}
+            for q in self.values():
+                for s in q.stream_sources():
+                    by.setdefault(s, []).append(q)
+            by = self.__dict__["_by"] = {k: tuple(v) for k, v in by.items()}
+        return by.get(name, ())
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v)
+        self._changed()
+
+    def __delitem__(self, k):
+        super().__delitem__(k)
+        self._changed()
+
+    def pop(self, *a):
+        n = len(self)
+        r = super().pop(*a)
+        if len(self) != n:
+            self._changed()
+        return r
+
+    def popitem(self):
+        r = super().popitem()
+        self._changed()
+        return r
+
+    def clear(self):
+        super().clear()
+        self._changed()
+
+    def update(self, *a, **k):
+        super().update(*a, **k)
+        self._changed()
+
+    def setdefault(self, k, v=None):
+        if k not in self:
+            self[k] = v
+        return self[k]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def __reduce_ex__(self, protocol):
+        # the items are set (through __setitem__) before the state: the index is rebuilt on use
+        return (_Queries, (), {"epoch": self.__dict__.get("epoch", 0)}, None, iter(self.items()))
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__["_by"] = None
+
+
 class Engine:
     """Streams, tables, summaries and continuous queries in one process.
 
@@ -46,7 +120,7 @@ class Engine:
         self.seed = int(seed)
         self._streams: dict[str, StreamHandle] = {}
         self._tables: dict[str, Batch] = {}
-        self._queries: dict[int, Query] = {}
+        self._queries: _Queries = _Queries()     # id -> Query, indexed by stream (a push touches its own)
         self._ids = itertools.count(1)
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
@@ -72,6 +146,12 @@ class Engine:
         self._precision = PrecisionManager(self)     # approximate plans, errors, audits, contracts
         #: the resource allocator (sketchql.engine.allocator_runtime.EngineAllocator)
         self.allocator = self._precision.allocator
+
+    def __setstate__(self, state: dict):
+        q = state.get("_queries")
+        if q is not None and not isinstance(q, _Queries):   # a checkpoint written before the index
+            state["_queries"] = _Queries(q)
+        self.__dict__.update(state)
 
     # -- DDL ----------------------------------------------------------------
     def execute(self, sql: str):
@@ -132,7 +212,8 @@ class Engine:
             self._tables[name.lower()] = Batch({c: np.empty(0, dtype=numpy_dtype(k)) for c, k in cols.items()},
                                               ts=np.empty(0))
         else:
-            self._streams[name.lower()] = StreamHandle(schema, self.seed)
+            h = self._streams[name.lower()] = StreamHandle(schema, self.seed)
+            self._stream_changed(h)
         return None
 
     def _create_summary(self, s: A.CreateSummary):
@@ -154,6 +235,7 @@ class Engine:
         decl = SummaryDecl(s.name, rel.name, attrs, s.granularity, int(s.rate), int(s.depth))
         decl.index = _build_indexes(decl)
         self.catalog.add_summary(decl, s.pos)
+        self._sums_by_stream = None
         return None
 
     def _drop(self, s: A.Drop):
@@ -175,8 +257,10 @@ class Engine:
             if users:
                 raise SketchQLSemanticError(f"cannot drop {s.kind} {s.name!r}: queries {users} read it", *s.pos)
         dropped = self.catalog.drop(s.kind, s.name, s.if_exists, s.pos)
+        self._sums_by_stream = None
         if dropped is not None and s.kind in ("stream", "table"):
             (self._tables if s.kind == "table" else self._streams).pop(s.name.lower(), None)
+            self._stream_changed(None)
         return None
 
     # -- queries --------------------------------------------------------------
@@ -326,6 +410,7 @@ class Engine:
         h = self._streams.get(stream.lower())
         decl = declare_auto(self.catalog, h.schema if h is not None else self.catalog.get(stream), col, window,
                             self.seed, like=best)
+        self._sums_by_stream = None
         return decl.index[decl.attrs[0]]
 
     def _on_query_failed(self, query: Query) -> None:
@@ -432,7 +517,7 @@ class Engine:
         self._heartbeat_budget(h, gap)
         self._slack_timeouts(exclude=h)
         if advanced:
-            for decl in self.catalog.summaries_on(h.name):
+            for decl in self._summaries_on(h.name):
                 self.index_feed.advance(decl, ts)
         self.index_feed.settle()
 
@@ -469,7 +554,7 @@ class Engine:
         b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
-        for decl in self.catalog.summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
+        for decl in self._summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
             self.index_feed.accept(decl, b, first_row)
         # the clock follows the batch as pushed: tuples sampled or shed away still say time passed
         h.clock = max(h.clock, last_ts)
@@ -482,9 +567,44 @@ class Engine:
         self._after_input()
         self.index_feed.settle()
 
+    def _stream_epoch_ref(self) -> list:
+        """``[n]``, shared by the engine and its stream handles: bumped when a stream is created or
+        dropped and by every ``StreamHandle.set_knob`` (an engine restored from an older checkpoint
+        hands it out on first use)."""
+        ep = self.__dict__.get("_stream_epoch")
+        if ep is None:
+            ep = self._stream_epoch = [0]
+            for x in self._streams.values():
+                x._epoch = ep
+        return ep
+
+    def _stream_changed(self, h) -> None:
+        ep = self._stream_epoch_ref()
+        if h is not None:
+            h._epoch = ep
+        ep[0] += 1
+
+    def _summaries_on(self, name: str):
+        """``catalog.summaries_on(name)`` from a per-stream index (the catalog filters every summary);
+        rebuilt after the engine changes the catalog's summaries (``_sums_by_stream = None``)."""
+        by = self.__dict__.get("_sums_by_stream")
+        if by is None:
+            by = {}
+            for d in self.catalog.summaries:
+                by.setdefault(d.stream.lower(), []).append(d)
+            self._sums_by_stream = by
+        return by.get(name.lower(), ())
+
     @property
     def _any_timeout(self) -> bool:
-        return any(x._knobs.get("slack_timeout") is not None for x in self._streams.values())
+        """Some stream has a ``slack_timeout``; recomputed only when a stream knob was set or a stream
+        created / dropped since (``_stream_epoch``, shared with the handles: StreamHandle.set_knob)."""
+        ep = self._stream_epoch_ref()
+        c = self.__dict__.get("_timeout_cache")
+        if c is None or c[0] != ep[0]:
+            c = self._timeout_cache = (ep[0], any(x._knobs.get("slack_timeout") is not None
+                                                 for x in self._streams.values()))
+        return c[1]
 
     def _slack_timeouts(self, exclude=None) -> None:
         """Release, on every other stream with a ``slack_timeout``, what is older than the engine's
@@ -502,9 +622,8 @@ class Engine:
             rel = x._slack.timeout(w)
             x.clock = max(x.clock, x._slack.watermark)
             if rel is not None and len(rel):
-                for q in self._queries.values():
-                    if any(s.schema.name.lower() == x.name.lower() for s in q.bound.streams):
-                        q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
+                for q in self._queries.on_stream(x.name.lower()):
+                    q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
                 self._push_released(x, rel)
 
     # -- k-constraints -------------------------------------------------------------------
@@ -581,19 +700,18 @@ class Engine:
         if not (gap > 0 and np.isfinite(gap)):
             return
         rate = h.planner_stats().rate
-        for q, n in self._pt_nodes([q for q in self._queries.values() if q.active and any(
-                s.schema.name.lower() == h.name.lower() for s in q.bound.streams)]):
+        for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
             n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
+        """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
+        the least clock of its streams; the other queries are not touched (``_queries.on_stream``)."""
         key = h.name.lower()
-        for q in self._queries.values():
+        for q in self._queries.on_stream(key):
             if not q.active:
                 continue
             by_stream = q.stream_sources()
-            srcs = by_stream.get(key)
-            if not srcs:
-                continue
+            srcs = by_stream[key]
             if b is not None:
                 for s in srcs:
                     q._offer(s.index, b, rows)
