@@ -101,6 +101,67 @@ class _Queries(dict):
         self.__dict__["_by"] = None
 
 
+def _statement_texts(sql: str, stmts) -> list:
+    """The source text of each parsed statement: from its position to the next one's (``;`` dropped)."""
+    starts = [0] + [i + 1 for i, ch in enumerate(sql) if ch == "\n"]
+
+    def off(st):
+        pos = getattr(st, "pos", None)
+        if not pos or pos[0] is None or not 1 <= pos[0] <= len(starts):
+            return None
+        return starts[pos[0] - 1] + (pos[1] or 1) - 1
+    offs = [off(st) for st in stmts]
+    out = []
+    for i, o in enumerate(offs):
+        if o is None:
+            out.append(type(stmts[i]).__name__)
+            continue
+        end = next((x for x in offs[i + 1:] if x is not None and x > o), len(sql))
+        out.append(" ".join(sql[o:end].strip().rstrip(";").split()))
+    return out
+
+
+class _Batch:
+    """What :meth:`Engine.execute` needs to undo its statements exactly: the catalog's and the engine's
+    containers as they were (shallow copies: DDL adds and removes entries, it does not change them),
+    the query-id counter, the declared constraints, the allocator's signature; the queries the batch
+    registered (released as ``deregister`` releases them) and the ones it dropped (released at commit
+    only, so a rollback puts them back untouched)."""
+
+    def __init__(self, eng):
+        from .checkpoint import next_query_id
+        self.eng = eng
+        self.catalog = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(eng.catalog).items()}
+        self.streams, self.tables = dict(eng._streams), dict(eng._tables)
+        self.queries = dict(eng._queries)
+        self.pool = dict(eng._selection_pool)
+        self.next_id = next_query_id(eng)
+        self.n_constraints = len(eng.constraints.items)
+        self.sig = eng.allocator._sig
+        self.registered: list = []
+        self.dropped: list = []
+
+    def commit(self) -> None:
+        for q in self.dropped:
+            self.eng._release(q)
+
+    def rollback(self) -> None:
+        eng = self.eng
+        for q in reversed(self.registered):
+            eng._release(q)
+        for live, saved in ((eng._queries, self.queries), (eng._streams, self.streams),
+                            (eng._tables, self.tables), (eng._selection_pool, self.pool)):
+            live.clear()
+            live.update(saved)
+        vars(eng.catalog).update({k: (dict(v) if isinstance(v, dict) else v) for k, v in self.catalog.items()})
+        del eng.constraints.items[self.n_constraints:]
+        eng._ids = itertools.count(self.next_id)
+        eng._sums_by_stream = None
+        eng._stream_changed(None)
+        eng.allocator._sig = self.sig
+        eng.allocator._tracked_cache = None
+
+
 class Engine:
     """Streams, tables, summaries and continuous queries in one process.
 
@@ -139,6 +200,7 @@ class Engine:
         #: the shared indexes' feed, in lockstep with the PT joins that probe them (engine.index_feed)
         self.index_feed = IndexFeed()
         self._explaining = False
+        self._batch: Optional[_Batch] = None   # the statements execute() is running (undone on failure)
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
         self.scheduler = None
         self.controls = ControlTables(self)
@@ -155,10 +217,30 @@ class Engine:
 
     # -- DDL ----------------------------------------------------------------
     def execute(self, sql: str):
-        """Run one or more statements; returns the last statement's result."""
+        """Run one or more statements, all or nothing; returns the last statement's result.
+
+        The statements run in order, each against the catalog the earlier ones left; if one fails,
+        the earlier ones are rolled back (:class:`_Batch`) and the error -- its class, position and
+        token kept -- names the failing statement (``statement_index``, 0-based; ``statement``: its
+        text) and says that nothing was applied (``applied_statements`` = 0)."""
+        stmts = parse(sql)
+        texts = _statement_texts(sql, stmts)
+        batch = self._batch = _Batch(self)
         res = None
-        for stmt in parse(sql):
-            res = self._execute_stmt(stmt, sql)
+        try:
+            for i, stmt in enumerate(stmts):
+                try:
+                    res = self._execute_stmt(stmt, sql)
+                except SketchQLError as e:
+                    batch.rollback()
+                    e.statement_index, e.statement, e.applied_statements = i, texts[i], 0
+                    if len(stmts) > 1 and e.args and isinstance(e.args[0], str):
+                        e.args = (f"{e.args[0]} [statement {i + 1} of {len(stmts)}: {texts[i]!r}; nothing was "
+                                  f"applied: the {i} before it were rolled back]",) + e.args[1:]
+                    raise
+            batch.commit()
+        finally:
+            self._batch = None
         return res
 
     def _execute_stmt(self, s, sql):
@@ -249,7 +331,11 @@ class Engine:
                 if s.if_exists:
                     return None
                 raise SketchQLSemanticError(f"unknown query {s.name!r}", *s.pos)
-            self.sharing.detach(self._queries.pop(qid))
+            q = self._queries.pop(qid)
+            if self.__dict__.get("_batch") is not None:
+                self._batch.dropped.append(q)       # released at commit (a rollback puts it back as it was)
+            else:
+                self._release(q)
             return None
         if s.kind in ("stream", "table"):
             users = [q.id for q in self._queries.values()
@@ -341,7 +427,10 @@ class Engine:
         except SketchQLError:
             self._queries.pop(qid, None)
             self.index_feed.detach(query)
+            self.sharing.detach(query)         # (attached above: a refused query shares nothing)
             raise
+        if self.__dict__.get("_batch") is not None:
+            self._batch.registered.append(query)
         # a query over streams that already have a clock starts there (no past data is replayed)
         clocks = [self._streams[s.schema.name.lower()].clock for s in plan.bound.streams]
         if clocks and all(np.isfinite(c) for c in clocks):
@@ -421,8 +510,13 @@ class Engine:
 
     def deregister(self, query: Query):
         if self._queries.pop(query.id, None) is not None:
-            self.sharing.detach(query)
-            self.index_feed.detach(query)
+            self._release(query)
+
+    def _release(self, query: Query) -> None:
+        """A query no longer registered (deregister, DROP QUERY): its shared window stores and
+        operators and its shared indexes' lockstep feed stop waiting for it."""
+        self.sharing.detach(query)
+        self.index_feed.detach(query)
 
     @property
     def queries(self) -> list:
