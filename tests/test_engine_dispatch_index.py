@@ -213,6 +213,13 @@ def test_push_touches_only_the_queries_of_its_stream(monkeypatch):
         eng.push("S0", {"ts": np.array([3.0 + i]), "k": np.array([i % 5]), "v": np.array([1.0])})
     assert set(calls["sources"]) == {q0.id}
     assert calls["signature"] == 0 and calls["catalog"] == 0
+    # heartbeats too: no stream has a slack timeout, so no walk over the streams to release nothing
+    walks = []
+    real_to = F.Engine._slack_timeouts
+    monkeypatch.setattr(F.Engine, "_slack_timeouts", lambda self, *a, **k: walks.append(1) or real_to(self, *a, **k))
+    for i in range(5):
+        eng.heartbeat("S0", 53.0 + i)
+    assert set(calls["sources"]) == {q0.id} and calls["signature"] == 0 and not walks
     # a change the allocator watches is seen at the next push (once)
     eng.queries[5].set_knob("weight", 2.0)
     eng.push("S0", {"ts": np.array([60.0]), "k": np.array([1]), "v": np.array([1.0])})

@@ -609,7 +609,8 @@ class Engine:
         self._dispatch(h, None)
         self._after_input()
         self._heartbeat_budget(h, gap)
-        self._slack_timeouts(exclude=h)
+        if self._any_timeout:                  # (else it would walk every stream to release nothing)
+            self._slack_timeouts(exclude=h)
         if advanced:
             for decl in self._summaries_on(h.name):
                 self.index_feed.advance(decl, ts)
