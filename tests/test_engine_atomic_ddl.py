@@ -181,3 +181,16 @@ def test_drop_query_releases_the_shared_index_feed():
     q = eng.register(PT)
     eng.execute(f"CREATE STREAM N (k INT) TIMESTAMP ts; DROP QUERY q{q.id}")
     assert eng.index_feed.stats()["indexes_with_consumers"] == 0
+
+
+def test_an_unexpected_error_is_undone_and_raised_as_it_is(monkeypatch):
+    eng = _engine()
+    before = _state(eng)
+
+    def boom(self, s):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(Engine, "_create_summary", boom)
+    with pytest.raises(RuntimeError, match="^boom$"):
+        eng.execute("CREATE STREAM N (k INT) TIMESTAMP ts; CREATE SUMMARY z ON N (k) WITH GRANULARITY 10 SECONDS "
+                    "AND COLLAPSE(2, 4)")
+    assert _state(eng) == before and eng._batch is None

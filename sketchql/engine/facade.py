@@ -167,6 +167,7 @@ class Engine:
 
     * ``execute(sql)``: DDL (CREATE STREAM/TABLE/SUMMARY, DROP); a SELECT is
       registered (returns the :class:`Query`); EXPLAIN returns the plan text.
+      Several statements are all or nothing (a failure undoes the earlier ones).
     * ``register(sql) -> Query``; ``deregister(query)``.
     * ``push(name, batch)``: a pandas DataFrame, pyarrow Table or dict of
       arrays, for a stream (must carry the timestamp column) or a table
@@ -231,8 +232,10 @@ class Engine:
             for i, stmt in enumerate(stmts):
                 try:
                     res = self._execute_stmt(stmt, sql)
-                except SketchQLError as e:
+                except Exception as e:
                     batch.rollback()
+                    if not isinstance(e, SketchQLError):
+                        raise                   # (a bug: undone all the same, reported as it is)
                     e.statement_index, e.statement, e.applied_statements = i, texts[i], 0
                     if len(stmts) > 1 and e.args and isinstance(e.args[0], str):
                         e.args = (f"{e.args[0]} [statement {i + 1} of {len(stmts)}: {texts[i]!r}; nothing was "
