@@ -107,6 +107,9 @@ class StreamHandle:
 
     def set_knob(self, name: str, value):
         self._knobs[name] = self.knob_spec(name).coerce(value, where=f"stream {self.name}")
+        ep = self.__dict__.get("_epoch")          # the engine's stream epoch (Engine._any_timeout)
+        if ep is not None:
+            ep[0] += 1
 
     def control_table(self) -> ControlTable:
         st = self.stats()
