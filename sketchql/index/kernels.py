@@ -673,7 +673,7 @@ def probe_packed(min_est, sigma, keys, tf, tt, vd, bd, hd, t_min, t_max):
                        _vec(vd, _V_TC, np.float64), _vec(vd, _V_RC, np.int64), vd[_V_HOTK], _vec(vd, _V_HV, vt),
                        _vec(vd, _V_HT, np.float64), _vec(vd, _V_HR, np.int64), _vec(vd, _V_HSTART, np.int64),
                        _vec(bd, _B_RP, np.int64), _vec(bd, _B_RK, np.int64), _vec(bd, _B_REST, np.float64),
-                       _vec(bd, _B_REND, np.int64), _vec(bd, _B_MP, np.int64), _vec(bd, _B_MV, vt),
+                       _vec(bd, _B_REND, np.int64), _vec(bd, _B_MP, np.int32), _vec(bd, _B_MV, vt),
                        _vec(bd, _B_MT, np.float64), _vec(bd, _B_MR, np.int64), _vec(bd, _B_CT, np.float64),
                        _vec(bd, _B_CR, np.int64))
 
@@ -800,10 +800,10 @@ def _cap(n: int) -> int:
 
 def scan_window(V, T, keys, tf, tt, cap: int = 256):
     """:func:`scan_window_emit` reporting positions in V instead of row ids, with outputs sized as
-    needed: (n_matches, probe, position, work)."""
+    needed: (n_matches, probe (int32), position, work)."""
     R = np.arange(len(V), dtype=np.int64)
     while True:
-        mp = np.empty(cap, dtype=np.int64)
+        mp = np.empty(cap, dtype=np.int32)
         mj = np.empty(cap, dtype=np.int64)
         nm, work = scan_window_emit(V, T, R, keys, tf, tt, mp, np.empty(cap, dtype=V.dtype), np.empty(cap), mj)
         if nm <= cap:
@@ -851,9 +851,10 @@ class ProbeBuffers:
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
         i8, f8 = np.dtype(np.int64), np.dtype(np.float64)
-        # (rend is in the block too: a result borrows it with the matches, see BufferPool.take5)
-        fields = (("mp", i8, matches), ("mv", self.vdtype, matches), ("mt", f8, matches), ("mr", i8, matches),
-                  ("ct", f8, matches), ("cr", i8, matches), ("rend", i8, regions))
+        # (rend is in the block too: a result borrows it with the matches, see BufferPool.take5; the
+        # probe column is int32, see Matches)
+        fields = (("mp", np.dtype(np.int32), matches), ("mv", self.vdtype, matches), ("mt", f8, matches),
+                  ("mr", i8, matches), ("ct", f8, matches), ("cr", i8, matches), ("rend", i8, regions))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
         # are powers of two, and streams written in lockstep at addresses equal modulo a large power
         # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output

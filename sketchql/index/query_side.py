@@ -12,12 +12,19 @@ from ..summaries.hashing import as_key_array
 from . import cellscan, kernels
 from .kview import KernelView
 from .query import GranPart, QueryView
-from .results import Matches, Regions, ScanResult, cell_handle, split_cell
+from .results import MAX_PROBE_ROWS, PROBE_DTYPE, SAME_AS_PROBE, Matches, Regions, ScanResult, cell_handle, split_cell
 from .zone import Zone
 
 _KERNEL_VDTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 _NO_HASH = np.zeros(0, dtype=np.uint64)
 _F64 = np.dtype(np.float64)
+
+
+def _check_rows(n: int, where: str) -> None:
+    """``Matches.probe`` is int32: a probe batch has fewer than 2**31 rows."""
+    if n > MAX_PROBE_ROWS:
+        raise SummaryError(f"StreamIndex.{where}: a probe batch has at most {MAX_PROBE_ROWS} rows "
+                           f"(Matches.probe is int32), got {n}; split the batch")
 
 
 class QuerySide:
@@ -281,6 +288,8 @@ class QuerySide:
             keys = values                   # (what as_key_array returns for it, without the checks' calls)
         else:
             keys = self._keys(values, "probe_many")
+        if len(keys) > MAX_PROBE_ROWS:
+            _check_rows(len(keys), "probe_many")
         if self.use_kernels and kernels.ENABLED:
             m = self._probe_many_compiled(keys, t_from, t_to, float(fade), with_regions)
             if m is not None:
@@ -307,8 +316,8 @@ class QuerySide:
         if L == 0:
             e = self._empty_scan()
             z = np.zeros(0, np.int64)
-            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z, regions=regions,
-                           visited=visited)
+            return Matches(z.astype(PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=0, region=z,
+                           regions=regions, visited=visited)
         cell = k * self._B + bucket[p]
         ln = qv.clen[cell]
         ends = ln.cumsum()
@@ -325,8 +334,8 @@ class QuerySide:
         t = qv.T[at]
         keep = ((t > tf[pr]) & (t <= tt[pr])).nonzero()[0]
         at = at[keep]
-        return Matches(pr[keep], qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep], regions=regions,
-                       visited=visited)
+        return Matches(pr[keep].astype(PROBE_DTYPE), qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep],
+                       regions=regions, visited=visited)
 
     def _hash_params(self):
         """uint64 [off_b, off_s, shift, logw, mult...] of the fused hash (None: not fused)."""
@@ -462,12 +471,13 @@ class QuerySide:
         """
         keys = self._keys(values, "scan_window_many")
         P = len(keys)
+        _check_rows(P, "scan_window_many")
         tf, tt = self._window(P, t_from, t_to)
         win = self._window_arrays(float(tf.min()), float(tt.max()), count=False) if P else None
         if win is None or len(win[2]) == 0:
             e = self._empty_scan()
             z = np.zeros(0, np.int64)
-            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z)
+            return Matches(z.astype(PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=0, region=z)
         v, t, r = win
         ct = kernels.comparable(v.dtype, keys.dtype) if (self.use_kernels and kernels.ENABLED) else None
         if ct is not None and v.dtype == ct:        # (int64/float64 stored values: the emitting kernel)
@@ -477,7 +487,7 @@ class QuerySide:
                                       _f64_window(P, tt))
             p, mv, mt, mr = pool.take(buf, nm, P, fields=("mp", "mv", "mt", "mr"))
             self.counters["tuples_compared"] += int(work)
-            return Matches(p, mv, mt, mr, work=int(work), region=p)
+            return Matches(p, mv, mt, mr, work=int(work), region=SAME_AS_PROBE)
         if ct is not None:
             nm, mp, mj, work = kernels.scan_window(v.astype(ct, copy=False), t, np.ascontiguousarray(keys, dtype=ct),
                                                    np.ascontiguousarray(tf, dtype=np.float64),
@@ -490,7 +500,9 @@ class QuerySide:
             eq = (keys[:, None] == v[None, :]) & (t[None, :] > tf[:, None]) & (t[None, :] <= tt[:, None])
             p, j = eq.nonzero()
         self.counters["tuples_compared"] += int(work)
-        return Matches(p, v[j], t[j], r[j], work=int(work), region=p)
+        if p.dtype != PROBE_DTYPE:                  # (the numpy comparison's nonzero: int64)
+            return Matches(p.astype(PROBE_DTYPE), v[j], t[j], r[j], work=int(work), region=p)
+        return Matches(p, v[j], t[j], r[j], work=int(work), region=SAME_AS_PROBE)
 
     def _promising_regions_levelwise(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
         """The same answer as :meth:`promising_regions` (see its docstring for
@@ -634,6 +646,7 @@ class QuerySide:
         """
         cells = np.asarray(cells, dtype=np.int64).reshape(-1)
         K = len(cells)
+        _check_rows(K, "scan_matching_many")
         keys = self._keys(values, "scan_matching_many")
         if len(keys) == 1 and K != 1:
             keys = np.repeat(keys, K)
@@ -705,10 +718,10 @@ class QuerySide:
         self.counters["tuples_compared"] += work
         if not parts:
             e = self._empty_scan()
-            return Matches(np.zeros(0, np.int64), e.values, e.timestamps, e.row_ids, work=work,
+            return Matches(np.zeros(0, PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=work,
                            region=np.zeros(0, np.int64))
         reg = np.concatenate([p[0] for p in parts])
-        return Matches(reg, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+        return Matches(reg.astype(PROBE_DTYPE), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
                        np.concatenate([p[3] for p in parts]), work=work, region=reg)
 
     def probe_regions(self, regions: Regions, values, t_from, t_to) -> Matches:
@@ -719,10 +732,11 @@ class QuerySide:
         is the probe index and ``Matches.region`` the row in ``regions``.
         """
         keys = self._keys(values, "probe_regions")
+        _check_rows(len(keys), "probe_regions")
         tf, tt = self._window(len(keys), t_from, t_to)
         pr = regions.probe
         m = self.scan_matching_many(regions.cell, keys[pr], tf[pr], tt[pr])
-        m.probe = pr[m.region]
+        m.probe = pr[m.region].astype(PROBE_DTYPE)
         return m
 
     def window_tuples(self, t_from: float, t_to: float) -> ScanResult:
