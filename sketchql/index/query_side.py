@@ -208,10 +208,16 @@ class QuerySide:
                        priority=est * fade ** (gran - 1).astype(np.float64), partial=~full,
                        n_tuples=qv.clen[k * self._B + b], visited=int(visited), flat=int(flat))
 
-    def _bind(self) -> None:
-        """Bind every granularity's pyramid tables into one shared buffer (rebuilt after a grow/compress)."""
-        if self._gbuf is not None and all(g.store.base is self._gbuf for g in self.grans):
-            return
+    def _bind(self) -> bool:
+        """Bind every granularity's pyramid tables into one shared buffer (rebuilt after a grow/compress);
+        True when it (re)bound them, False when they already were."""
+        buf = self._gbuf
+        if buf is not None:
+            for g in self.grans:
+                if g.store.base is not buf:
+                    break
+            else:
+                return False
         total = sum(g.n_nodes for g in self.grans)
         buf = np.zeros((total,) + tuple(self._shape), dtype=np.int64)
         at = 0
@@ -220,6 +226,7 @@ class QuerySide:
             self._goff[gi] = at
             at += g.n_nodes
         self._gbuf = buf
+        return True
 
     def _view(self) -> QueryView:
         """The cached query view: unchanged, patched (only G1's open zone got tuples), or rebuilt
@@ -364,10 +371,11 @@ class QuerySide:
             return kv
         sver = tuple([g.sversion for g in self.grans])
         if kv is None or sver != self._ksver:                 # structural change: rebind / rebuild if needed
-            if self._vdtype is None or np.dtype(self._vdtype) not in _KERNEL_VDTYPES or self._kmixed:
+            vdt = self._vdtype
+            if vdt is None or self._kmixed or (not (kv is not None and kv.vdtype is vdt)
+                                               and np.dtype(vdt) not in _KERNEL_VDTYPES):
                 return None
-            if self._sketch:
-                self._bind()
+            if self._sketch and self._bind():                 # (rebound: versions moved)
                 state = tuple([g.version for g in self.grans])
                 sver = tuple([g.sversion for g in self.grans])
             if kv is None or not kv.fits(self):
@@ -382,38 +390,47 @@ class QuerySide:
 
     def _probe_many_compiled(self, keys, t_from, t_to, fade, with_regions):
         """:meth:`probe_many` through :func:`kernels.probe_kview`; None when the kernels cannot
-        compare these keys with the stored values (the caller then uses the numpy path)."""
+        compare these keys with the stored values (the caller then uses the numpy path).
+
+        The common case (keys of the stored dtype, hash fused, no regions asked) is written as one
+        straight run of attribute reads and one dispatch: at ~500 probes per call this Python is
+        ~10% of the call after an ingest (cold interpreter caches make every bytecode dearer), so
+        the checks that only matter on other paths come after the fast test."""
         P = len(keys)
         if P == 0 or self._vdtype is None:
             return None
         kv = self._kernel_view(defer=not with_regions)
         if kv is None:
             return None
-        ok = kv.key_types.get(keys.dtype)
-        if ok is None:
-            ok = kv.key_types[keys.dtype] = kernels.comparable(kv.vdtype, keys.dtype) == kv.vdtype
-        if not ok:
-            kv.flush()
-            return None
-        kc = keys if keys.dtype == kv.vdtype and keys.flags.c_contiguous else \
-            np.ascontiguousarray(keys, dtype=kv.vdtype)
-        tf, tt = _f64_window(P, t_from), _f64_window(P, t_to)
-        buf = self._pool(kv.vdtype).get(P)
-        hp = _NO_HASH
-        if self._sketch:
-            hp = self._hash_params()
-            if hp is None or kc.dtype.kind != "i":
-                hp = _NO_HASH
-                bucket, idx, sgn = self._hash(keys)
-            else:                                   # hashed inside the kernel, into these buffers
-                bucket, idx, sgn = buf.hash_arrays(P, self._d)
+        vdt = kv.vdtype
+        if keys.dtype is vdt and keys.flags.c_contiguous:      # (builtin dtypes are singletons)
+            kc = keys
         else:
-            bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
+            ok = kv.key_types.get(keys.dtype)
+            if ok is None:
+                ok = kv.key_types[keys.dtype] = kernels.comparable(vdt, keys.dtype) == vdt
+            if not ok:
+                kv.flush()
+                return None
+            kc = keys if keys.dtype == vdt and keys.flags.c_contiguous else np.ascontiguousarray(keys, dtype=vdt)
+        if type(t_from) is np.ndarray and t_from.dtype is _F64 and t_from.shape == (P,) and t_from.flags.c_contiguous:
+            tf = t_from
+        else:
+            tf = _f64_window(P, t_from)
+        if type(t_to) is np.ndarray and t_to.dtype is _F64 and t_to.shape == (P,) and t_to.flags.c_contiguous:
+            tt = t_to
+        else:
+            tt = _f64_window(P, t_to)
+        pool = self._kbuf
+        if pool is None or pool.vdtype is not vdt:
+            pool = self._pool(vdt)
+        sketch = self._sketch
+        buf = pool.get(P, self._d if sketch else 1)       # (with hash scratch of >= P columns)
         cfg = self.config
         min_est, sigma = float(cfg.min_estimate), float(cfg.prune_sigma)
-        if hp is not _NO_HASH or not self._sketch:
+        if kv.fused and (kc.dtype.kind == "i" or not sketch):
             # the view and the buffers packed (kernels.probe_packed: ~10 arguments to unbox instead of 41),
-            # and a pending refresh of the hot zone applied by the same call
+            # a pending refresh of the hot zone applied by the same call, the keys hashed inside it
             pend = kv.pending
             if pend is None:
                 nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
@@ -422,11 +439,20 @@ class QuerySide:
                 nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
                                                                    kv._hd, *pend)
                 kv.pending = None
+            hp = None
         else:
             kv.flush()
+            hp = _NO_HASH
+            if sketch:                              # hashed here (not fused, or float keys)
+                bucket, idx, sgn = self._hash(keys)
+            else:
+                bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
             nr, nm, visited, flat, work = kernels.probe_kview(min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
                                                               *kv.args, *buf.outs)
         if nr > len(buf.rp) or nm > len(buf.mp):       # (kernels.probe_k's loop only when they were too small)
+            if hp is None:                          # (the packed call's arguments, unpacked)
+                hp = self._hash_params() if sketch else _NO_HASH
+                bucket, idx, sgn = buf.hash_arrays(P, self._d if sketch else 1)
             nr, nm, visited, flat, work = kernels.probe_k(buf, min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
                                                           *kv.args)
         c = self.counters
@@ -434,11 +460,18 @@ class QuerySide:
         c["tuples_compared"] += work
         regions = None
         if with_regions:
+            if hp is None:                          # (filled by the packed call)
+                bucket = buf.hash_arrays(P, self._d if sketch else 1)[0]
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
-            est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
+            est = buf.rest[:nr].copy() if sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        mp, mv, mt, mr, rend = self._kbuf.take5(buf, nm, nr, P)
-        return Matches(mp, mv, mt, mr, work, None, regions, visited, rend)
+        # BufferPool.take5, inlined: lent views of a large result, copies of a small one
+        pool.rate = nm / P
+        if nm >= pool.MIN_LEND and 16 * nm >= len(buf.mp):
+            return Matches(buf.mp[:nm], buf.mv[:nm], buf.mt[:nm], buf.mr[:nm], work, None, regions, visited,
+                           buf.rend[:nr])
+        return Matches(buf.mp[:nm].copy(), buf.mv[:nm].copy(), buf.mt[:nm].copy(), buf.mr[:nm].copy(), work, None,
+                       regions, visited, buf.rend[:nr].copy())
 
     def _pool(self, vdtype) -> "kernels.BufferPool":
         """The index's recycled output arrays (:class:`kernels.BufferPool`) for stored values of ``vdtype``."""
