@@ -222,18 +222,24 @@ class KernelView:
         return [a for g in grans for a in (g.store, g.rownorm)]
 
     def fits(self, ix) -> bool:
+        """Whether this view still describes ``ix``'s layout (else the index builds a new one).  With
+        sketches, the shared buffer decides: growing a granularity or compressing allocates a new one,
+        and the stores and norms packed in ``gd`` are replaced only then (checked too, by identity)."""
+        if self.sketch != ix._sketch or not (self.vdtype is ix._vdtype or self.vdtype == np.dtype(ix._vdtype)):
+            return False
         grans = ix.grans
-        if (self.caps != tuple([g.cap for g in grans]) or self.sketch != ix._sketch
-                or (self.sketch and self.buf_id != id(ix._gbuf))
-                or not (self.vdtype is ix._vdtype or self.vdtype == np.dtype(ix._vdtype))):
+        if not self.sketch:
+            return self.caps == tuple([g.cap for g in grans])
+        if self.buf_id != id(ix._gbuf) or len(grans) != len(self.caps):
             return False
         held = self._gheld
         if held is not None:                                  # the arrays packed in gd
-            now = self._gran_arrays(grans)
-            for a, b in zip(held, now):
-                if a is not b:
+            i = 0
+            for g in grans:
+                if g.store is not held[i] or g.rownorm is not held[i + 1]:
                     return False
-        return True
+                i += 2
+        return self.caps == tuple([g.cap for g in grans])
 
     # -- ingest side --------------------------------------------------------------
     def on_append(self, z, v, t, r, b) -> None:
