@@ -42,7 +42,8 @@ maintenance is a handful of array writes:
   tuples per window, ~200 us at ~60,000.)
 
 Memory: the arena duplicates the hot zone's tuples, with up to twice their
-room (plus 8 slots per bucket);
+room (plus 8 slots per bucket; a new hot zone's arena starts with room for ~1.1x the previous hot
+zone's tuples per bucket, so that a zone of a steady stream is not laid out again while it fills);
 the CSR holds at most twice the live cold tuples plus 4096 (its capacity, reserved when the view is
 built, is ``max(1024, 3 live + 4096)`` tuples for the index's live tuples then; doubled when full).  Values are kept
 in their stored dtype; the compiled path is used for int64 and float64
