@@ -395,6 +395,48 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   60k 6.96/6.81/8.50/6.22 -> 8.06/8.01/6.10/8.42, T4 ingest 7.3-7.5M -> 7.0-7.5M tuples/s.  5x at 6k:
   reached in every run at load <= ~3 (T4 ~2.5-2.6 ns per output against T1 scan ~14); at a load of
   4-5 the wall ratio swings too much to call, the CPU-time ratio stays ~4.3-5.9.
+  Ninth follow-up (hO; in situ = the bench's 6k sequence -- both ingests, timed call, warm repeat --
+  per batch, worktrees of e6b4b1d (before) and after alternated process by process; the machine ran
+  other helpers' test suites throughout, load 4-10, so every figure below is noisy; scripts in
+  /tmp/hO_work): (20) ``Matches.probe`` is int32 on every path (the lead's API decision; a batch of
+  2**31 rows or more raises SummaryError): the compiled probe and the raw-window scan (T1 scan alike)
+  write 28 bytes per match instead of 32.  The in-situ kernel alone, int32 vs int64 probe column
+  compiled alike and alternated run by run in one process: sums of per-batch minima over the 6 calls
+  785/800/779 vs 788/811/779 us (16-20 runs each, load ~5): ~0.5%, not the ~3% measured before.
+  (21) The compiled probe's Python as one straight run (dtype identity and window checks inlined,
+  ``BufferPool.get`` also sizes the hash scratch, the lend-or-copy inlined, hash parameters only off
+  the fused path): P=1 warm probe_many Python (CPU time) 4.45 -> 4.0 us; in situ per call (stamped
+  copy of the code, medians) keys/windows 1.8 -> 1.2, pool 1.5 -> 1.7 (now with the hash scratch),
+  the rest ~equal: ~12 us per call left (kernel view ~3, pieces of 0.5-2, the call into probe_many ~1).
+  (22) The structural refresh (once per G1 period, the first timed batch): every changed granularity's
+  ranges and F2 in one dispatch (``kernels.refresh_grans_packed`` on per-view descriptors,
+  ``kernels.pack_gran``; was one ``refresh_gran`` per granularity, ~4-5 us each after the ingests,
+  mostly unboxing 10 arrays): 18 -> 8 us; the hot descriptor re-packed with only the new hot zone's
+  slot, cells and arena (``kernels.pack_hot_arena``, 4 arguments instead of 15) when the view already
+  packed G1: that section 11.9 -> 7.3 us; ``KernelView.fits`` decided by the shared buffer's identity
+  first: 6.4 -> 4.3 us; the view re-packed only when its CSR grew (flag instead of comparing 17 slots);
+  ``_bind`` says whether it rebound (versions recomputed only then).  (23) A new hot arena starts with
+  room for ~1.1x the previous hot zone's tuples per bucket (it was sized by its first batch: laid out
+  again twice in a 30 s zone, and each time the next probe re-packed the arena, ~3.5 us).  Per 6 timed
+  calls (medians of 8 alternating processes, load ~5): kernel view 121 -> 90 us, Python around the
+  kernel 84 -> 69, whole calls 1112 -> 1008; the sums of per-batch minima over 15 runs (load ~10)
+  977/993/967/955 -> 990/963/922/972 us (the structural batch 199/200/184/192 -> 190/182/176/179, the
+  other five unchanged within the noise).  Where the in-situ time is now (sums of per-batch minima):
+  the kernel ~780 of ~970 us per 6 calls, of which the descent (hashing, key groups, node loops,
+  estimates, region emission: the same kernel with every cell emptied) 336 and the matching ~445; the
+  descent with all 499 probes on one key (one estimate per node and call) 219 vs 424 for the real keys
+  at load ~9: about half of the descent is its ~700 estimates' counter reads and pass/fail (9 nodes, 4
+  non-empty: 650 KB of sketch read at random after the ingests), the rest per-probe loops.  What is
+  left outside the kernel (~190 us per 6 calls: the structural refresh ~55-65 -- its CSR append of the
+  collapsed zone alone ~16 after the ingests, most of it the copy --, ~12 us of Python per call,
+  the kernel view's fast refresh ~3 per call) is ~20% of T4; the kernel itself runs ~1.7x its warm time.
+  Bench, --quick interleaved with e6b4b1d, 12 pairs at load 5.9-13.4 (no quiet window in this
+  session; wall ratios 3.0-13.0: T1 scan's long calls preempted at random, so only the CPU-time ratio
+  can be compared): t_hit_ratio_6k_cpu 4.85/5.53/5.52/4.18/4.40/5.59/4.51/4.99/4.42/4.75/4.71/4.80 ->
+  4.29/6.01/5.58/5.69/5.06/5.46/5.30/5.30/4.96/4.68/5.17/5.56 (medians 4.78 -> 5.30, per-pair ratio
+  median 1.09, >= 5 in 4 -> 10 of 12 runs); 60k (wall) medians ~8.5 -> ~9.4; T1 scan 14.4-14.8 ns per
+  output on both sides in the runs it was not preempted.  5x at 6k reliably: not shown -- at this load
+  neither side can be called, and the in-situ minima above move by ~2%, not the ~10% asked.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"

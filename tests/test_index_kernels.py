@@ -460,8 +460,10 @@ def test_output_block_huge_page_aligned_and_lending():
     pb = kernels.ProbeBuffers(4, 100_000, vdtype=np.float64)
     assert pb.mv.dtype == np.float64 and all(a.flags.c_contiguous and a.flags.aligned and a.flags.writeable
                                              for a in pb.outs)
-    starts = sorted(a.ctypes.data for a in (pb.mp, pb.mv, pb.mt, pb.mr, pb.ct, pb.cr))
-    assert all(y - x >= 100_000 * 8 for x, y in zip(starts, starts[1:]))        # no overlap
+    assert pb.mp.dtype == np.int32                          # (Matches.probe is int32)
+    spans = sorted((a.ctypes.data, a.nbytes) for a in (pb.mp, pb.mv, pb.mt, pb.mr, pb.ct, pb.cr))
+    assert all(n >= 100_000 * 4 for _, n in spans)
+    assert all(y - x >= n for (x, n), (y, _) in zip(spans, spans[1:]))        # no overlap
     assert not pb.lent()
     for f in ("mp", "mv", "mt", "mr", "ct", "cr"):
         v = getattr(pb, f)[:10]

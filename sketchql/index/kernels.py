@@ -673,7 +673,7 @@ def probe_packed(min_est, sigma, keys, tf, tt, vd, bd, hd, t_min, t_max):
                        _vec(vd, _V_TC, np.float64), _vec(vd, _V_RC, np.int64), vd[_V_HOTK], _vec(vd, _V_HV, vt),
                        _vec(vd, _V_HT, np.float64), _vec(vd, _V_HR, np.int64), _vec(vd, _V_HSTART, np.int64),
                        _vec(bd, _B_RP, np.int64), _vec(bd, _B_RK, np.int64), _vec(bd, _B_REST, np.float64),
-                       _vec(bd, _B_REND, np.int64), _vec(bd, _B_MP, np.int64), _vec(bd, _B_MV, vt),
+                       _vec(bd, _B_REND, np.int64), _vec(bd, _B_MP, np.int32), _vec(bd, _B_MV, vt),
                        _vec(bd, _B_MT, np.float64), _vec(bd, _B_MR, np.int64), _vec(bd, _B_CT, np.float64),
                        _vec(bd, _B_CR, np.int64))
 
@@ -800,10 +800,10 @@ def _cap(n: int) -> int:
 
 def scan_window(V, T, keys, tf, tt, cap: int = 256):
     """:func:`scan_window_emit` reporting positions in V instead of row ids, with outputs sized as
-    needed: (n_matches, probe, position, work)."""
+    needed: (n_matches, probe (int32), position, work)."""
     R = np.arange(len(V), dtype=np.int64)
     while True:
-        mp = np.empty(cap, dtype=np.int64)
+        mp = np.empty(cap, dtype=np.int32)
         mj = np.empty(cap, dtype=np.int64)
         nm, work = scan_window_emit(V, T, R, keys, tf, tt, mp, np.empty(cap, dtype=V.dtype), np.empty(cap), mj)
         if nm <= cap:
@@ -851,9 +851,10 @@ class ProbeBuffers:
         self.rk = np.empty(regions, dtype=np.int64)
         self.rest = np.empty(regions, dtype=np.float64)
         i8, f8 = np.dtype(np.int64), np.dtype(np.float64)
-        # (rend is in the block too: a result borrows it with the matches, see BufferPool.take5)
-        fields = (("mp", i8, matches), ("mv", self.vdtype, matches), ("mt", f8, matches), ("mr", i8, matches),
-                  ("ct", f8, matches), ("cr", i8, matches), ("rend", i8, regions))
+        # (rend is in the block too: a result borrows it with the matches, see BufferPool.take5; the
+        # probe column is int32, see Matches)
+        fields = (("mp", np.dtype(np.int32), matches), ("mv", self.vdtype, matches), ("mt", f8, matches),
+                  ("mr", i8, matches), ("ct", f8, matches), ("cr", i8, matches), ("rend", i8, regions))
         # 64-byte aligned slices, each shifted by 37 cache lines more than the previous one: capacities
         # are powers of two, and streams written in lockstep at addresses equal modulo a large power
         # of two conflict in the caches (4.8M outputs into 2^23-entry arrays: 13.4 ns per output
@@ -927,8 +928,9 @@ class BufferPool:
         self.sets = []
         self.rate = 0.0         # matches per probe of the last call
 
-    def get(self, P: int) -> ProbeBuffers:
-        """A set no live result holds, with room for the matches of ~P probes (last call's rate)."""
+    def get(self, P: int, d: int = 0) -> ProbeBuffers:
+        """A set no live result holds, with room for the matches of ~P probes (last call's rate);
+        ``d`` > 0: with hash scratch of d rows and >= P columns too (:meth:`ProbeBuffers.hash_arrays`)."""
         b = None
         for s in self.sets:
             if sys.getrefcount(s._owner) == s._refs:        # (not s.lent(), inlined)
@@ -942,6 +944,10 @@ class BufferPool:
         need = int(1.5 * P * self.rate)
         if need > len(b.mp):                # geometric: a slowly growing output re-allocates O(log) times
             b.alloc(len(b.rp), max(need, 2 * len(b.mp)))
+        if d:
+            h = b._hash
+            if h[1] != d or h[0] < P:
+                b.hash_arrays(P, d)
         return b
 
     @property
@@ -1177,6 +1183,15 @@ def pack_hot(hd, lo_leaf, hi_leaf, slot, clen, count, sketch, lo, hi, store, row
 
 
 @numba.njit(cache=True, nogil=True)
+def pack_hot_arena(hd, slot, clen, count):
+    """Update only what a new hot zone changes in a :func:`pack_hot` descriptor: its slot, its leaf's cell
+    lengths ``clen`` and the arena's counts (4 arguments to unbox instead of 15)."""
+    _put(hd, _H_CLEN, clen)
+    _put(hd, _H_COUNT, count)
+    hd[_H_SLOT] = slot
+
+
+@numba.njit(cache=True, nogil=True)
 def refresh_hot_packed(hd, t_min, t_max):
     """:func:`refresh_hot` with its bound arguments taken from the descriptor ``hd`` (:func:`pack_hot`)."""
     n, B, d, w = hd[_H_N], hd[_H_B], hd[_H_D], hd[_H_W]
@@ -1189,6 +1204,48 @@ def refresh_hot_packed(hd, t_min, t_max):
                 _vec(hd, _H_CLEN, np.int64), _vec(hd, _H_COUNT, np.int64), hd[_H_SKETCH] != 0,
                 _vec(hd, _H_LO, np.float64), _vec(hd, _H_HI, np.float64), store, rownorm,
                 _vec(hd, _H_ND, np.bool_), _vec(hd, _H_FS, np.bool_), f2, F2)
+
+
+#: granularity descriptor (:func:`pack_gran`): one row per granularity of a view
+_G_LOL, _G_HIL, _G_LO, _G_HI, _G_STORE, _G_RN, _G_ND, _G_FS, _G_F2, _G_F2V = range(10)
+_G_N, _G_B, _G_D, _G_W = range(20, 24)
+GRAN_DESC = 24
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_gran(gd, lo_leaf, hi_leaf, lo, hi, store, rownorm, norm_dirty, f2_stale, f2, F2):
+    """Write :func:`refresh_gran`'s arguments for one granularity into its descriptor row ``gd``
+    (int64, ``GRAN_DESC``; ``store`` (n, B, d, w), ``rownorm`` (n, B, d), ``f2``/``F2`` (n, B))."""
+    _put(gd, _G_LOL, lo_leaf)
+    _put(gd, _G_HIL, hi_leaf)
+    _put(gd, _G_LO, lo)
+    _put(gd, _G_HI, hi)
+    _put(gd, _G_STORE, store)
+    _put(gd, _G_RN, rownorm)
+    _put(gd, _G_ND, norm_dirty)
+    _put(gd, _G_FS, f2_stale)
+    _put(gd, _G_F2, f2)
+    _put(gd, _G_F2V, F2)
+    gd[_G_N], gd[_G_B], gd[_G_D], gd[_G_W] = store.shape[0], store.shape[1], store.shape[2], store.shape[3]
+
+
+@numba.njit(cache=True, nogil=True)
+def refresh_grans_packed(gd, which):
+    """:func:`refresh_gran` of every granularity ``g`` with bit g of ``which`` set, arguments taken from
+    the descriptor rows ``gd[g]`` (:func:`pack_gran`): one dispatch for a structural refresh instead
+    of one per changed granularity (~4-5 us each after an ingest, mostly unboxing 10 arrays)."""
+    for gi in range(gd.shape[0]):
+        if not (which >> gi) & 1:
+            continue
+        g = gd[gi]
+        n, B, d, w = g[_G_N], g[_G_B], g[_G_D], g[_G_W]
+        store = numba.carray(_voidptr(g[2 * _G_STORE]), (n, B, d, w), np.int64)
+        rownorm = numba.carray(_voidptr(g[2 * _G_RN]), (n, B, d), np.int64)
+        f2 = numba.carray(_voidptr(g[2 * _G_F2]), (g[2 * _G_F2 + 1] // B, B), np.float64)
+        F2 = numba.carray(_voidptr(g[2 * _G_F2V]), (g[2 * _G_F2V + 1] // B, B), np.float64)
+        refresh_gran(_vec(g, _G_LOL, np.float64), _vec(g, _G_HIL, np.float64), _vec(g, _G_LO, np.float64),
+                     _vec(g, _G_HI, np.float64), store, rownorm, _vec(g, _G_ND, np.bool_), _vec(g, _G_FS, np.bool_),
+                     f2, F2)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1287,7 +1344,13 @@ def warm_up() -> None:
              np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_), np.zeros((1, 1)), np.zeros((1, 1)))
     for sk in (True, False):
         pack_hot(hd, *tabs, sk, *tabs2)
+        pack_hot_arena(hd, 0, tabs[3], tabs[4])
         refresh_hot_packed(hd, 0.0, 1.0)
+    gd = np.zeros((1, GRAN_DESC), dtype=np.int64)
+    pack_gran(gd[0], f.copy(), f.copy(), f.copy(), f.copy(), np.zeros((1, 1, 3, 2), dtype=np.int64),
+              np.zeros((1, 1, 3), dtype=np.int64), np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.bool_),
+              np.zeros((1, 1)), np.zeros((1, 1)))
+    refresh_grans_packed(gd, 0)
     for V in (z, f):
         csr_append(V.copy(), f.copy(), z.copy(), 0, V, f, z, np.array([0, 1], dtype=np.int64), z.copy(), z.copy())
     add_dense(np.zeros((1, 1, 1, 2), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), z.copy(),

@@ -42,7 +42,8 @@ maintenance is a handful of array writes:
   tuples per window, ~200 us at ~60,000.)
 
 Memory: the arena duplicates the hot zone's tuples, with up to twice their
-room (plus 8 slots per bucket);
+room (plus 8 slots per bucket; a new hot zone's arena starts with room for ~1.1x the previous hot
+zone's tuples per bucket, so that a zone of a steady stream is not laid out again while it fills);
 the CSR holds at most twice the live cold tuples plus 4096 (its capacity, reserved when the view is
 built, is ``max(1024, 3 live + 4096)`` tuples for the index's live tuples then; doubled when full).  Values are kept
 in their stored dtype; the compiled path is used for int64 and float64
@@ -59,8 +60,6 @@ _NO_ARENA = {}           # vdtype -> empty placeholder arena (no hot leaf)
 _NOT_HELD = (None, None, 0)
 _NO_HP = np.zeros(0, dtype=np.uint64)
 _NO_STORE = np.zeros(1, dtype=np.int64)
-_ARRAY_SLOTS = (1, 2, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16)    # KernelView.args: the view's arrays (not the arena's)
-_SCALAR_SLOTS = (0, 3, 4, 5, 11)
 _NO_TABS = (np.zeros((1, 1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1), dtype=np.int64), np.zeros(1, dtype=bool),
             np.zeros(1, dtype=bool), np.zeros((1, 1)))        # refresh_hot's sketch arguments without sketches
 
@@ -184,11 +183,28 @@ class KernelView:
         self.args = None                                      # probe_kview's view arguments (set by refresh)
         self.vd = np.zeros(kernels.VIEW_DESC, dtype=np.int64)  # the same, packed (kernels.pack_view)
         self._hp = None                                       # the hash parameters packed in vd
+        self.fused = False                                    # probe_packed hashes the keys (or no sketches)
         self._hd = np.zeros(kernels.HOT_DESC, dtype=np.int64)  # refresh_fast's bound arguments, packed
+        self._hd_g1 = None                                    # the G1 whose arrays _hd holds (_hd_bound: them)
+        self._hd_bound = None
         self.usable = True                                    # False once a zone holds values of another dtype
         self.key_types = {}                                   # keys dtype -> comparable with the values?
         self._fast = None                                     # what refresh_fast needs (set by refresh)
         self.pending = None                                   # a deferred hot refresh (refresh_fast)
+        self._grown = False                                   # the CSR arrays were replaced since the last pack
+        # refresh_gran's arguments per granularity, packed once (kernels.pack_gran): the arrays are the view's
+        # own and the granularity's store / norms, which are replaced only with a new shared buffer or a new
+        # capacity (then fits() is False and the index builds a new view); _gheld keeps them alive and lets
+        # fits() check that
+        self.gd = np.zeros((len(grans), kernels.GRAN_DESC), dtype=np.int64)
+        self._gheld = None
+        if self.sketch and kernels.ENABLED:
+            self._gheld = self._gran_arrays(grans)
+            self._galive = [(g._norm_dirty, g._f2_stale, g._f2) for g in grans]      # (gd points to them too)
+            for gi, g in enumerate(grans):
+                o, n = int(self.goff[gi]), int(self.goff[gi + 1] - self.goff[gi])
+                kernels.pack_gran(self.gd[gi], self.leaf_lo[gi], self.leaf_hi[gi], self.lo[o:o + n], self.hi[o:o + n],
+                                  g.store, g.rownorm, g._norm_dirty, g._f2_stale, g._f2, self.F2[o:o + n])
         if self.vdtype not in _NO_ARENA:
             _NO_ARENA[self.vdtype] = HotArena(0, 1, self.vdtype)
 
@@ -200,9 +216,31 @@ class KernelView:
                                      self.hot.count)) if self.hot else 0
         return sum(a.nbytes for a in arrays) + hot
 
+    @staticmethod
+    def _gran_arrays(grans) -> list:
+        """What ``gd`` was packed from: each granularity's store and row norms (``Granularity.set_store``
+        replaces the norms, flags and F2 arrays together, ``bind`` the store)."""
+        return [a for g in grans for a in (g.store, g.rownorm)]
+
     def fits(self, ix) -> bool:
-        return (self.caps == tuple(g.cap for g in ix.grans) and self.sketch == ix._sketch
-                and (not self.sketch or self.buf_id == id(ix._gbuf)) and self.vdtype == np.dtype(ix._vdtype))
+        """Whether this view still describes ``ix``'s layout (else the index builds a new one).  With
+        sketches, the shared buffer decides: growing a granularity or compressing allocates a new one,
+        and the stores and norms packed in ``gd`` are replaced only then (checked too, by identity)."""
+        if self.sketch != ix._sketch or not (self.vdtype is ix._vdtype or self.vdtype == np.dtype(ix._vdtype)):
+            return False
+        grans = ix.grans
+        if not self.sketch:
+            return self.caps == tuple([g.cap for g in grans])
+        if self.buf_id != id(ix._gbuf) or len(grans) != len(self.caps):
+            return False
+        held = self._gheld
+        if held is not None:                                  # the arrays packed in gd
+            i = 0
+            for g in grans:
+                if g.store is not held[i] or g.rownorm is not held[i + 1]:
+                    return False
+                i += 2
+        return self.caps == tuple([g.cap for g in grans])
 
     # -- ingest side --------------------------------------------------------------
     def on_append(self, z, v, t, r, b) -> None:
@@ -219,7 +257,13 @@ class KernelView:
         if h is not None and h.zid == z.id and self.hot_ok and h.n + len(r) == z.n:
             h.append(v, t, r, b)
         elif z.n == len(r):                 # a zone that starts with these tuples (a new G1 zone): its arena too
-            a = HotArena(z.id, self.B, self.vdtype, need=np.bincount(b, minlength=self.B))
+            need = np.bincount(b, minlength=self.B)
+            if h is not None and h.zid != z.id and h.count.shape == need.shape:
+                # room for about the previous hot zone's tuples per bucket (~1.1x: room = 2 need + 8): zones of a
+                # steady stream are alike, and an arena sized by its first batch alone was laid out again twice
+                # in a 30 s zone (each time a probe then re-packed the arena's arrays: ~3.5 us after an ingest)
+                np.maximum(need, (h.count >> 1) + (h.count >> 4), out=need)
+            a = HotArena(z.id, self.B, self.vdtype, need=need)
             a.append(v, t, r, b)
             self.hot, self.hot_ok = a, True
         else:
@@ -239,6 +283,7 @@ class KernelView:
                 new = np.empty(cap, dtype=old.dtype)
                 new[:base] = old[:base]
                 setattr(self, name, new)
+            self._grown = True
         B = self.B
         if kernels.ENABLED:                                   # one call instead of five numpy writes
             kernels.csr_append(self.Vc, self.Tc, self.Rc, base, c.values, c.ts, c.rids, c.offsets,
@@ -305,6 +350,8 @@ class KernelView:
             self.hot, self.hot_ok = a, True
         hot_id = hz.id if hz is not None else None
         B = self.B
+        packed = self._gheld is not None and kernels.ENABLED
+        which = 0                                             # granularities whose ranges / F2 to refresh
         for gi, g in enumerate(ix.grans):
             o = self.leaf_node[gi]
             if self.seen[gi] == g.version:
@@ -319,7 +366,10 @@ class KernelView:
                     # only the hot zone received tuples since the last refresh
                     lo[hz.slot], hi[hz.slot] = hz.min_ts, hz.max_ts
                     self.clen[self.hot_k * B:(self.hot_k + 1) * B] = self.hot.count
-                    self._ranges(gi, g, o, n_nodes)
+                    if packed:
+                        which |= 1 << gi
+                    else:
+                        self._ranges(gi, g, o, n_nodes)
                     continue
                 self.seen_s = sig
                 hot_before, self.hot_k = self.hot_k, -1
@@ -343,7 +393,12 @@ class KernelView:
                 elif self.held.get(node, _NOT_HELD)[:2] != (z.id, z.n):
                     self._drop_cold(node)             # (also clears the cells of a former hot leaf)
                     self._append_cold(z, node)
-            self._ranges(gi, g, o, n_nodes)
+            if packed:
+                which |= 1 << gi
+            else:
+                self._ranges(gi, g, o, n_nodes)
+        if which:                                             # every changed granularity in one call
+            kernels.refresh_grans_packed(self.gd, which)
         changed |= self._garbage(ix)
         h = self.hot if self.hot_k >= 0 else _NO_ARENA[self.vdtype]
         if changed or self.args[18] is not h.V or self.args[21] is not h.start:     # (the arena may have grown)
@@ -351,15 +406,23 @@ class KernelView:
         self._fast = None
         if (hz is not None and self.hot_ok and self.hot_k == self.leaf_node[0] + hz.slot
                 and self.seen_s == (g1.sversion, g1.append_switches)):
-            o, n, k = self.leaf_node[0], int(self.goff[1] - self.goff[0]), self.hot_k
-            if self.sketch:
-                tabs = (g1.store, g1.rownorm, g1._norm_dirty, g1._f2_stale, g1._f2)
+            k = self.hot_k
+            clen_k, count = self.clen[k * B:(k + 1) * B], self.hot.count
+            if self._hd_g1 is g1:
+                # packed before in this view: only the hot zone's slot, cells and arena changed (G1's node
+                # arrays and tables are fixed while the view fits, see fits())
+                kernels.pack_hot_arena(self._hd, hz.slot, clen_k, count)
             else:
-                tabs = _NO_TABS
-            bound = (self.leaf_lo[0], self.leaf_hi[0], hz.slot, self.clen[k * B:(k + 1) * B], self.hot.count,
-                     self.sketch, self.lo[o:o + n], self.hi[o:o + n]) + tabs + (self.F2[o:o + n],)
-            kernels.pack_hot(self._hd, *bound)
-            self._fast = (g1, hz, self.seen_s, tuple([g.version for g in ix.grans[1:]]), self.hot.count, bound)
+                o, n = self.leaf_node[0], int(self.goff[1] - self.goff[0])
+                if self.sketch:
+                    tabs = (g1.store, g1.rownorm, g1._norm_dirty, g1._f2_stale, g1._f2)
+                else:
+                    tabs = _NO_TABS
+                bound = (self.leaf_lo[0], self.leaf_hi[0], hz.slot, clen_k, count,
+                         self.sketch, self.lo[o:o + n], self.hi[o:o + n]) + tabs + (self.F2[o:o + n],)
+                kernels.pack_hot(self._hd, *bound)
+                self._hd_g1, self._hd_bound = g1, bound
+            self._fast = (g1, hz, self.seen_s, tuple([g.version for g in ix.grans[1:]]), count, clen_k)
 
     def flush(self) -> None:
         """Apply a deferred hot refresh (``pending``, see :meth:`refresh_fast`)."""
@@ -381,7 +444,7 @@ class KernelView:
         f = self._fast
         if f is None:
             return False
-        g1, hz, sig, rest, count, _ = f          # (f[5]: the arrays packed in _hd, kept alive here)
+        g1, hz, sig, rest, count, _ = f          # (f[4:]: the arrays packed in _hd, kept alive here)
         h = self.hot
         if (state[1:] != rest or g1.last_append != hz.id or g1.sversion != sig[0] or g1.append_switches != sig[1]
                 or h is None or h.count is not count or h.zid != hz.id or not self.hot_ok or h.n != hz.n
@@ -409,17 +472,20 @@ class KernelView:
         else:
             Bs, d, w = 1, 1, 1
             store, hp = _NO_STORE, None
+        self.fused = not self.sketch or hp is not None
         hp = _NO_HP if hp is None else hp
         self.args = a = (self.sketch, store, self.F2, float(w), Bs * d * w, d * w, self.lo, self.hi, self.parent,
                          self.leaf, self.gstart, self.B, self.cstart, self.clen, self.Vc, self.Tc, self.Rc,
                          self.hot_k, h.V, h.T, h.R, h.start)
-        # packed (vd: kernels.pack_view); at most structural refreshes only the hot leaf (and its arena) changed
-        if (old is not None and hp is self._hp and all([old[i] == a[i] for i in _SCALAR_SLOTS])
-                and all([old[i] is a[i] for i in _ARRAY_SLOTS])):
+        # packed (vd: kernels.pack_view); at most structural refreshes only the hot leaf (and its arena)
+        # changed: within a view's life its node arrays, the store and the shapes are fixed (fits()), and
+        # the CSR arrays are replaced only when they grow (_grown)
+        if old is not None and hp is self._hp and not self._grown:
             kernels.pack_arena(self.vd, self.hot_k, h.V, h.T, h.R, h.start)
         else:
             self._hp = hp                                       # (kept alive: vd points to it)
             kernels.pack_view(self.vd, *a, hp)
+            self._grown = False
 
     def _garbage(self, ix) -> bool:
         if self.nc > 2 * self.live_cold + 4096:               # garbage of dropped zones: rebuild the CSR

@@ -12,12 +12,19 @@ from ..summaries.hashing import as_key_array
 from . import cellscan, kernels
 from .kview import KernelView
 from .query import GranPart, QueryView
-from .results import Matches, Regions, ScanResult, cell_handle, split_cell
+from .results import MAX_PROBE_ROWS, PROBE_DTYPE, SAME_AS_PROBE, Matches, Regions, ScanResult, cell_handle, split_cell
 from .zone import Zone
 
 _KERNEL_VDTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 _NO_HASH = np.zeros(0, dtype=np.uint64)
 _F64 = np.dtype(np.float64)
+
+
+def _check_rows(n: int, where: str) -> None:
+    """``Matches.probe`` is int32: a probe batch has fewer than 2**31 rows."""
+    if n > MAX_PROBE_ROWS:
+        raise SummaryError(f"StreamIndex.{where}: a probe batch has at most {MAX_PROBE_ROWS} rows "
+                           f"(Matches.probe is int32), got {n}; split the batch")
 
 
 class QuerySide:
@@ -201,10 +208,16 @@ class QuerySide:
                        priority=est * fade ** (gran - 1).astype(np.float64), partial=~full,
                        n_tuples=qv.clen[k * self._B + b], visited=int(visited), flat=int(flat))
 
-    def _bind(self) -> None:
-        """Bind every granularity's pyramid tables into one shared buffer (rebuilt after a grow/compress)."""
-        if self._gbuf is not None and all(g.store.base is self._gbuf for g in self.grans):
-            return
+    def _bind(self) -> bool:
+        """Bind every granularity's pyramid tables into one shared buffer (rebuilt after a grow/compress);
+        True when it (re)bound them, False when they already were."""
+        buf = self._gbuf
+        if buf is not None:
+            for g in self.grans:
+                if g.store.base is not buf:
+                    break
+            else:
+                return False
         total = sum(g.n_nodes for g in self.grans)
         buf = np.zeros((total,) + tuple(self._shape), dtype=np.int64)
         at = 0
@@ -213,6 +226,7 @@ class QuerySide:
             self._goff[gi] = at
             at += g.n_nodes
         self._gbuf = buf
+        return True
 
     def _view(self) -> QueryView:
         """The cached query view: unchanged, patched (only G1's open zone got tuples), or rebuilt
@@ -281,6 +295,8 @@ class QuerySide:
             keys = values                   # (what as_key_array returns for it, without the checks' calls)
         else:
             keys = self._keys(values, "probe_many")
+        if len(keys) > MAX_PROBE_ROWS:
+            _check_rows(len(keys), "probe_many")
         if self.use_kernels and kernels.ENABLED:
             m = self._probe_many_compiled(keys, t_from, t_to, float(fade), with_regions)
             if m is not None:
@@ -307,8 +323,8 @@ class QuerySide:
         if L == 0:
             e = self._empty_scan()
             z = np.zeros(0, np.int64)
-            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z, regions=regions,
-                           visited=visited)
+            return Matches(z.astype(PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=0, region=z,
+                           regions=regions, visited=visited)
         cell = k * self._B + bucket[p]
         ln = qv.clen[cell]
         ends = ln.cumsum()
@@ -325,8 +341,8 @@ class QuerySide:
         t = qv.T[at]
         keep = ((t > tf[pr]) & (t <= tt[pr])).nonzero()[0]
         at = at[keep]
-        return Matches(pr[keep], qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep], regions=regions,
-                       visited=visited)
+        return Matches(pr[keep].astype(PROBE_DTYPE), qv.V[at], t[keep], qv.R[at], work=tot, region=rg[keep],
+                       regions=regions, visited=visited)
 
     def _hash_params(self):
         """uint64 [off_b, off_s, shift, logw, mult...] of the fused hash (None: not fused)."""
@@ -355,10 +371,11 @@ class QuerySide:
             return kv
         sver = tuple([g.sversion for g in self.grans])
         if kv is None or sver != self._ksver:                 # structural change: rebind / rebuild if needed
-            if self._vdtype is None or np.dtype(self._vdtype) not in _KERNEL_VDTYPES or self._kmixed:
+            vdt = self._vdtype
+            if vdt is None or self._kmixed or (not (kv is not None and kv.vdtype is vdt)
+                                               and np.dtype(vdt) not in _KERNEL_VDTYPES):
                 return None
-            if self._sketch:
-                self._bind()
+            if self._sketch and self._bind():                 # (rebound: versions moved)
                 state = tuple([g.version for g in self.grans])
                 sver = tuple([g.sversion for g in self.grans])
             if kv is None or not kv.fits(self):
@@ -373,38 +390,47 @@ class QuerySide:
 
     def _probe_many_compiled(self, keys, t_from, t_to, fade, with_regions):
         """:meth:`probe_many` through :func:`kernels.probe_kview`; None when the kernels cannot
-        compare these keys with the stored values (the caller then uses the numpy path)."""
+        compare these keys with the stored values (the caller then uses the numpy path).
+
+        The common case (keys of the stored dtype, hash fused, no regions asked) is written as one
+        straight run of attribute reads and one dispatch: at ~500 probes per call this Python is
+        ~10% of the call after an ingest (cold interpreter caches make every bytecode dearer), so
+        the checks that only matter on other paths come after the fast test."""
         P = len(keys)
         if P == 0 or self._vdtype is None:
             return None
         kv = self._kernel_view(defer=not with_regions)
         if kv is None:
             return None
-        ok = kv.key_types.get(keys.dtype)
-        if ok is None:
-            ok = kv.key_types[keys.dtype] = kernels.comparable(kv.vdtype, keys.dtype) == kv.vdtype
-        if not ok:
-            kv.flush()
-            return None
-        kc = keys if keys.dtype == kv.vdtype and keys.flags.c_contiguous else \
-            np.ascontiguousarray(keys, dtype=kv.vdtype)
-        tf, tt = _f64_window(P, t_from), _f64_window(P, t_to)
-        buf = self._pool(kv.vdtype).get(P)
-        hp = _NO_HASH
-        if self._sketch:
-            hp = self._hash_params()
-            if hp is None or kc.dtype.kind != "i":
-                hp = _NO_HASH
-                bucket, idx, sgn = self._hash(keys)
-            else:                                   # hashed inside the kernel, into these buffers
-                bucket, idx, sgn = buf.hash_arrays(P, self._d)
+        vdt = kv.vdtype
+        if keys.dtype is vdt and keys.flags.c_contiguous:      # (builtin dtypes are singletons)
+            kc = keys
         else:
-            bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
+            ok = kv.key_types.get(keys.dtype)
+            if ok is None:
+                ok = kv.key_types[keys.dtype] = kernels.comparable(vdt, keys.dtype) == vdt
+            if not ok:
+                kv.flush()
+                return None
+            kc = keys if keys.dtype == vdt and keys.flags.c_contiguous else np.ascontiguousarray(keys, dtype=vdt)
+        if type(t_from) is np.ndarray and t_from.dtype is _F64 and t_from.shape == (P,) and t_from.flags.c_contiguous:
+            tf = t_from
+        else:
+            tf = _f64_window(P, t_from)
+        if type(t_to) is np.ndarray and t_to.dtype is _F64 and t_to.shape == (P,) and t_to.flags.c_contiguous:
+            tt = t_to
+        else:
+            tt = _f64_window(P, t_to)
+        pool = self._kbuf
+        if pool is None or pool.vdtype is not vdt:
+            pool = self._pool(vdt)
+        sketch = self._sketch
+        buf = pool.get(P, self._d if sketch else 1)       # (with hash scratch of >= P columns)
         cfg = self.config
         min_est, sigma = float(cfg.min_estimate), float(cfg.prune_sigma)
-        if hp is not _NO_HASH or not self._sketch:
+        if kv.fused and (kc.dtype.kind == "i" or not sketch):
             # the view and the buffers packed (kernels.probe_packed: ~10 arguments to unbox instead of 41),
-            # and a pending refresh of the hot zone applied by the same call
+            # a pending refresh of the hot zone applied by the same call, the keys hashed inside it
             pend = kv.pending
             if pend is None:
                 nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
@@ -413,11 +439,20 @@ class QuerySide:
                 nr, nm, visited, flat, work = kernels.probe_packed(min_est, sigma, kc, tf, tt, kv.vd, buf.bd,
                                                                    kv._hd, *pend)
                 kv.pending = None
+            hp = None
         else:
             kv.flush()
+            hp = _NO_HASH
+            if sketch:                              # hashed here (not fused, or float keys)
+                bucket, idx, sgn = self._hash(keys)
+            else:
+                bucket, idx, sgn = buf.hash_arrays(P, 1)         # unused (no sketches): zeros
             nr, nm, visited, flat, work = kernels.probe_kview(min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
                                                               *kv.args, *buf.outs)
         if nr > len(buf.rp) or nm > len(buf.mp):       # (kernels.probe_k's loop only when they were too small)
+            if hp is None:                          # (the packed call's arguments, unpacked)
+                hp = self._hash_params() if sketch else _NO_HASH
+                bucket, idx, sgn = buf.hash_arrays(P, self._d if sketch else 1)
             nr, nm, visited, flat, work = kernels.probe_k(buf, min_est, sigma, kc, hp, bucket, idx, sgn, tf, tt,
                                                           *kv.args)
         c = self.counters
@@ -425,11 +460,18 @@ class QuerySide:
         c["tuples_compared"] += work
         regions = None
         if with_regions:
+            if hp is None:                          # (filled by the packed call)
+                bucket = buf.hash_arrays(P, self._d if sketch else 1)[0]
             p, k = buf.rp[:nr].copy(), buf.rk[:nr].copy()
-            est = buf.rest[:nr].copy() if self._sketch else kv.clen[k].astype(np.float64)
+            est = buf.rest[:nr].copy() if sketch else kv.clen[k].astype(np.float64)
             regions = self._make_regions(kv, bucket[:P].copy(), tf, tt, p, k, est, visited, flat, fade)
-        mp, mv, mt, mr, rend = self._kbuf.take5(buf, nm, nr, P)
-        return Matches(mp, mv, mt, mr, work, None, regions, visited, rend)
+        # BufferPool.take5, inlined: lent views of a large result, copies of a small one
+        pool.rate = nm / P
+        if nm >= pool.MIN_LEND and 16 * nm >= len(buf.mp):
+            return Matches(buf.mp[:nm], buf.mv[:nm], buf.mt[:nm], buf.mr[:nm], work, None, regions, visited,
+                           buf.rend[:nr])
+        return Matches(buf.mp[:nm].copy(), buf.mv[:nm].copy(), buf.mt[:nm].copy(), buf.mr[:nm].copy(), work, None,
+                       regions, visited, buf.rend[:nr].copy())
 
     def _pool(self, vdtype) -> "kernels.BufferPool":
         """The index's recycled output arrays (:class:`kernels.BufferPool`) for stored values of ``vdtype``."""
@@ -462,12 +504,13 @@ class QuerySide:
         """
         keys = self._keys(values, "scan_window_many")
         P = len(keys)
+        _check_rows(P, "scan_window_many")
         tf, tt = self._window(P, t_from, t_to)
         win = self._window_arrays(float(tf.min()), float(tt.max()), count=False) if P else None
         if win is None or len(win[2]) == 0:
             e = self._empty_scan()
             z = np.zeros(0, np.int64)
-            return Matches(z, e.values, e.timestamps, e.row_ids, work=0, region=z)
+            return Matches(z.astype(PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=0, region=z)
         v, t, r = win
         ct = kernels.comparable(v.dtype, keys.dtype) if (self.use_kernels and kernels.ENABLED) else None
         if ct is not None and v.dtype == ct:        # (int64/float64 stored values: the emitting kernel)
@@ -477,7 +520,7 @@ class QuerySide:
                                       _f64_window(P, tt))
             p, mv, mt, mr = pool.take(buf, nm, P, fields=("mp", "mv", "mt", "mr"))
             self.counters["tuples_compared"] += int(work)
-            return Matches(p, mv, mt, mr, work=int(work), region=p)
+            return Matches(p, mv, mt, mr, work=int(work), region=SAME_AS_PROBE)
         if ct is not None:
             nm, mp, mj, work = kernels.scan_window(v.astype(ct, copy=False), t, np.ascontiguousarray(keys, dtype=ct),
                                                    np.ascontiguousarray(tf, dtype=np.float64),
@@ -490,7 +533,9 @@ class QuerySide:
             eq = (keys[:, None] == v[None, :]) & (t[None, :] > tf[:, None]) & (t[None, :] <= tt[:, None])
             p, j = eq.nonzero()
         self.counters["tuples_compared"] += int(work)
-        return Matches(p, v[j], t[j], r[j], work=int(work), region=p)
+        if p.dtype != PROBE_DTYPE:                  # (the numpy comparison's nonzero: int64)
+            return Matches(p.astype(PROBE_DTYPE), v[j], t[j], r[j], work=int(work), region=p)
+        return Matches(p, v[j], t[j], r[j], work=int(work), region=SAME_AS_PROBE)
 
     def _promising_regions_levelwise(self, values, t_from, t_to, fade: float = 1.0) -> Regions:
         """The same answer as :meth:`promising_regions` (see its docstring for
@@ -634,6 +679,7 @@ class QuerySide:
         """
         cells = np.asarray(cells, dtype=np.int64).reshape(-1)
         K = len(cells)
+        _check_rows(K, "scan_matching_many")
         keys = self._keys(values, "scan_matching_many")
         if len(keys) == 1 and K != 1:
             keys = np.repeat(keys, K)
@@ -705,10 +751,10 @@ class QuerySide:
         self.counters["tuples_compared"] += work
         if not parts:
             e = self._empty_scan()
-            return Matches(np.zeros(0, np.int64), e.values, e.timestamps, e.row_ids, work=work,
+            return Matches(np.zeros(0, PROBE_DTYPE), e.values, e.timestamps, e.row_ids, work=work,
                            region=np.zeros(0, np.int64))
         reg = np.concatenate([p[0] for p in parts])
-        return Matches(reg, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+        return Matches(reg.astype(PROBE_DTYPE), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
                        np.concatenate([p[3] for p in parts]), work=work, region=reg)
 
     def probe_regions(self, regions: Regions, values, t_from, t_to) -> Matches:
@@ -719,10 +765,11 @@ class QuerySide:
         is the probe index and ``Matches.region`` the row in ``regions``.
         """
         keys = self._keys(values, "probe_regions")
+        _check_rows(len(keys), "probe_regions")
         tf, tt = self._window(len(keys), t_from, t_to)
         pr = regions.probe
         m = self.scan_matching_many(regions.cell, keys[pr], tf[pr], tt[pr])
-        m.probe = pr[m.region]
+        m.probe = pr[m.region].astype(PROBE_DTYPE)
         return m
 
     def window_tuples(self, t_from: float, t_to: float) -> ScanResult:
