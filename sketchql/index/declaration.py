@@ -26,12 +26,17 @@ from ..errors import SummaryError
 STRUCTURES = ("T1", "T2", "T3", "T4")
 
 
+#: the finest G1 a summary may declare: zone numbers are ts / G1 as exact integers in a float64
+#: (< 2**53), so 1 us keeps epoch-second timestamps (~2e9 s -> 2e15) exact
+MIN_GRANULARITY = 1e-6
+
+
 @dataclass(frozen=True)
 class SummaryDeclaration:
     """``CREATE SUMMARY name ON stream (attr) WITH GRANULARITY T1 AND COLLAPSE(rate, depth)``.
 
     name, stream, attr : identifiers (non-empty strings).
-    granularity : |G1| = T1 in seconds (finite, > 0).
+    granularity : |G1| = T1 in seconds (finite, >= ``MIN_GRANULARITY`` = 1 us).
     rate : integer >= 2, |G(i+1)| = rate * |G(i)|.
     depth : integer >= 1, number of granularities m.
 
@@ -55,6 +60,10 @@ class SummaryDeclaration:
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g <= 0:
             raise SummaryError(
                 f"CREATE SUMMARY {self.name}: GRANULARITY must be a positive number of seconds, got {g!r}")
+        if g < MIN_GRANULARITY:
+            raise SummaryError(
+                f"CREATE SUMMARY {self.name}: GRANULARITY {g:g} seconds is below the minimum {MIN_GRANULARITY:g} "
+                f"(zone numbers ts / GRANULARITY must stay exact integers)")
         object.__setattr__(self, "granularity", float(g))
         for what, lo in (("rate", 2), ("depth", 1)):
             v = getattr(self, what)
