@@ -130,6 +130,11 @@ import uuid
 
 import numpy as np
 
+try:
+    import resource
+except ImportError:               # not on Windows
+    resource = None
+
 DDL = ("CREATE STREAM {s} (k INT, v DOUBLE) TIMESTAMP ts; "
        "CREATE SUMMARY {s}_k ON {s} (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)")
 QUERY = "SELECT COUNT(*) AS n, SUM(v) AS sv FROM {s} [RANGE 10 SECONDS SLIDE 1 SECONDS]"
@@ -233,6 +238,15 @@ def proc_cpu(pid: int) -> float:
         return float("nan")
 
 
+def proc_minflt(pid: int):
+    """Minor page faults of a process so far (all threads; fresh pages touched); None where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def thread_cpu(pid: int, tid: int) -> float:
     """CPU seconds one thread of a process used so far (schedstat, ns resolution); NaN where missing.
     The server's event loop runs on its main thread (tid = pid)."""
@@ -310,6 +324,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3, help="requests in flight of the pipelined client")
     ap.add_argument("--per-request", type=int, default=PER_REQUEST,
                     help="batches per Arrow request (X-Arrow-Batches: each) of both Arrow ingest runs")
+    ap.add_argument("--raw", action="store_true", help="also print every run's figures (one JSON line)")
     args = ap.parse_args(argv)
     # --quick: 50 batches (~15 s in all).  With 10, an Arrow run was 2 requests of 5 batches (~35 ms):
     # mostly the pipeline's fill (the first request's 5 batches arrive and are checked before the first
@@ -333,6 +348,7 @@ def main(argv=None) -> int:
            "arrow_loop": [], "nd_loop": [], "seq_loop": [],          # CPU s of the server's event loop
            "arrow_apply": [], "nd_apply": [], "seq_apply": [],       # wall s the apply thread spent applying
            "arrow_apply_cpu": [], "nd_apply_cpu": [], "seq_apply_cpu": []}     # ... and its CPU s in that
+    raw = {"in_wall": [], "in_cpu": [], "load": []}     # per run, printed as one JSON line (--raw)
 
     def inprocess(idle: int = 0) -> float:
         e = Engine(seed=7)
@@ -344,11 +360,18 @@ def main(argv=None) -> int:
             e.push(f"I{i}", {k: v[:10] for k, v in data[0].items()})
         e.execute(DDL.format(s="S"))
         e.register(QUERY.format(s="S"))
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
         t, c0 = time.perf_counter(), time.process_time()
         for b in data:
             e.push("S", b)
         cpu["in"].append(time.process_time() - c0)
-        return time.perf_counter() - t
+        t = time.perf_counter() - t
+        raw["in_wall"].append(round(t, 6))
+        raw["in_cpu"].append(round(cpu["in"][-1], 6))
+        raw.setdefault("in_minflt", []).append(
+            (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) if resource is not None else None)
+        raw["load"].append(os.getloadavg()[0])
+        return t
 
     tmp = tempfile.mkdtemp(prefix="sketchql-bench-")
     try:
@@ -381,7 +404,10 @@ def main(argv=None) -> int:
             c.post("/streams", json={"sql": DDL.format(s=stream)}).raise_for_status()
             c.post("/queries", json={"sql": QUERY.format(s=stream)}).raise_for_status()
             a0 = c.get("/health").json()["apply"]
+            d0 = c.get("/durability").json()
+            d0 = d0.get("log", d0)
             l0 = thread_cpu(srv.proc.pid, srv.proc.pid)
+            m0 = proc_minflt(srv.proc.pid)
             s0, c0, t = proc_cpu(srv.proc.pid), time.process_time(), time.perf_counter()
             if key == "seq":
                 for body in bodies:
@@ -396,8 +422,17 @@ def main(argv=None) -> int:
             cpu[f"{key}_apply"].append(a1["busy_s"] - a0["busy_s"])
             cpu[f"{key}_apply_cpu"].append(a1["busy_cpu_s"] - a0["busy_cpu_s"])
             cpu[f"{key}_srv"].append(proc_cpu(srv.proc.pid) - s0)
+            m1 = proc_minflt(srv.proc.pid)
+            raw.setdefault(f"{key}_minflt", []).append(None if m0 is None or m1 is None else m1 - m0)
             cpu[f"{key}_loop"].append(thread_cpu(srv.proc.pid, srv.proc.pid) - l0)
             cpu[f"{key}_cli"].append(time.process_time() - c0)
+            d1 = c.get("/durability").json()
+            d1 = d1.get("log", d1)
+            for name, v in (("wall", t), ("apply", cpu[f"{key}_apply"][-1]), ("apply_cpu", cpu[f"{key}_apply_cpu"][-1]),
+                            ("loop", cpu[f"{key}_loop"][-1]), ("srv", cpu[f"{key}_srv"][-1]),
+                            ("commits", d1.get("commits", 0) - d0.get("commits", 0)),
+                            ("commit_s", d1.get("commit_s_total", 0.0) - d0.get("commit_s_total", 0.0))):
+                raw.setdefault(f"{key}_{name}", []).append(round(v, 6))
             return t
 
         for rep in range(args.repeat):
@@ -405,6 +440,8 @@ def main(argv=None) -> int:
             t_arrow.append(http_run(f"A{rep}", a_bodies, "application/vnd.apache.arrow.stream", "arrow", a_headers))
             t_nd.append(http_run(f"N{rep}", nd_bodies, "application/x-ndjson", "nd"))
             t_seq.append(http_run(f"Q{rep}", a_bodies, "application/vnd.apache.arrow.stream", "seq", a_headers))
+        if args.raw:
+            print("raw per run: " + json.dumps(raw))
         t_in, t_arrow, t_nd, t_seq = min(t_in), min(t_arrow), min(t_nd), min(t_seq)
         rate_in = n / t_in
         print(f"in-process engine: {n:,} tuples, best of {args.repeat}: {rate_in:,.0f} tuples/s")
