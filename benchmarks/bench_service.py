@@ -88,6 +88,35 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    extra: 4.72 / 4.82 / 5.04 ms; the allocator's tick 8.5 -> 35 us of it); the server's Arrow run r has
    1 + 3r (warm-up stream W, earlier runs' streams); the in-process run of rep r now holds as many
    other streams (with their queries and a few rows), both sides alike (lead, after follow-up 2).
+   Follow-up 3 (helper hN; load 2.6-10 from other helpers all session: no quiet run was possible, so the
+   figures below are per-run components, not the wall ratio).  ``--raw`` prints every run's figures (one
+   JSON line: wall, apply wall / CPU, event loop CPU, log commits and their seconds, minor page faults of
+   both sides).  20 ``--quick --raw`` runs at load 2.6-5.6: the Arrow wall ratio read 0.71-1.77 and
+   followed the load (in-process wall / CPU 1.08-2.09), while the components were steady: event loop
+   0.39-0.65 ms per batch, 8-10 log commits per Arrow run (off the apply path), and -- traced with the
+   apply thread's CLOCK_MONOTONIC start / end per item against the client's -- pipeline fill 2-5 ms,
+   gaps between items 0.13-0.15 ms each (1.3 ms a run), drain (the final read) 1.2-8 ms: the applies are
+   ~96 % of an Arrow run's wall.  A profile of the event loop (cProfile behind SIGUSR1/2, py-spy --gil)
+   spreads its time thinly (Arrow parsing and checks ~25 %, HTTP receive ~20 %, answers ~10 %, the body
+   join ~7 %), nothing worth more than ~0.05 ms per batch.  What differs is page faults: every Arrow run
+   in the server grows a new stream's engine state (~24 MB: RSS +22-28 MB per run) into never-touched
+   heap, 5 000-7 500 minor faults (rep 0: 15 000-17 000), all on the apply thread; the in-process reps
+   fault 12 000-13 000 / 600-2 500 / 9 000-9 800 (rep 1 reuses the pages of the engine the bench just
+   dropped), and a fault-free push costs 4.4-4.6 ms of CPU against 4.9-5.1 faulting (in-process, engines
+   kept alive, 6 reps, with and without a prefault).  So the in-process best of 3 is usually its
+   low-fault rep while every Arrow run faults: ~0.25 ms per batch (~5 %) of the gap, and a source of
+   spread (a run whose in-process reps all fault reads high).  Lever kept: the apply thread keeps a
+   pre-touched heap reserve (``sketchql serve --heap-reserve-mb``, default 48): after 2 ms without work it
+   populates the next 48 MB of its heap (``engine.heap.prefault``: ``MADV_POPULATE_WRITE`` on the blocks
+   ``mincore`` shows absent, stopping as soon as an item arrives) and frees them, and the server keeps
+   one malloc arena (a thread's own arena is made of 64 MB heaps that glibc unmaps when free, losing the
+   reserve).  Measured (a driver script outside the tree: two servers, reserve 0 and 48, alternating pipelined Arrow runs
+   of the bench's 50 batches, 12 pairs, load 9.4-10.1): faults per run median 6 020 -> 1 537 (paired
+   0.26), apply CPU per batch median 5.08 -> 4.94 ms (paired 0.961), wall paired median 0.851 (8 of 12
+   pairs faster; noise-bound at that load).  ``--quick --raw``, 8 interleaved pairs against the base tree
+   (same bench script) at load 5.4-10.2: faults per Arrow run median 6 947 -> 2 546, least apply CPU per
+   batch median 5.33 -> 5.12 ms; the Arrow ratios (base 0.87-2.67, new 1.00-2.43, paired new/base
+   0.63-2.44) say nothing at that load.  Not verified: the >= 0.8 target in quiet ``--quick`` runs.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
