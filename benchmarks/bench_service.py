@@ -106,7 +106,7 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    kept alive, 6 reps, with and without a prefault).  So the in-process best of 3 is usually its
    low-fault rep while every Arrow run faults: ~0.25 ms per batch (~5 %) of the gap, and a source of
    spread (a run whose in-process reps all fault reads high).  Lever kept: the apply thread keeps a
-   pre-touched heap reserve (``sketchql serve --heap-reserve-mb``, default 48): after 2 ms without work it
+   pre-touched heap reserve (``sketchql serve --heap-reserve-mb``, default 48): after 20 ms without work it
    populates the next 48 MB of its heap (``engine.heap.prefault``: ``MADV_POPULATE_WRITE`` on the blocks
    ``mincore`` shows absent, stopping as soon as an item arrives) and frees them, and the server keeps
    one malloc arena (a thread's own arena is made of 64 MB heaps that glibc unmaps when free, losing the
@@ -116,7 +116,13 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    pairs faster; noise-bound at that load).  ``--quick --raw``, 8 interleaved pairs against the base tree
    (same bench script) at load 5.4-10.2: faults per Arrow run median 6 947 -> 2 546, least apply CPU per
    batch median 5.33 -> 5.12 ms; the Arrow ratios (base 0.87-2.67, new 1.00-2.43, paired new/base
-   0.63-2.44) say nothing at that load.  Not verified: the >= 0.8 target in quiet ``--quick`` runs.
+   0.63-2.44) say nothing at that load, nor do the other keys over 13 pairs (medians base / new: NDJSON
+   0.865 / 0.819, result p99 40.5 / 50.4 ms, SSE p99 13.4 / 15.0 ms, recovery 1.93 / 1.97 s per
+   million, lost 0 / 0); those pairs ran with a 2 ms idle threshold, since raised to 20 ms so that no
+   top-up runs between the batches of a sequential client or of single-row pushes (the result-read and
+   SSE phases); with 20 ms, the same driver (8 pairs, load 11.3-11.6): faults per run median 6 259 ->
+   832 (paired 0.13), apply CPU per batch median 5.51 -> 5.03 ms (paired 0.931).  Not verified: the
+   >= 0.8 target in quiet ``--quick`` runs.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one

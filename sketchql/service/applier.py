@@ -48,8 +48,10 @@ import time
 from collections import deque
 
 log = logging.getLogger("sketchql.service")
-#: the apply queue empty this long after an apply: the apply thread tops its heap reserve up
-RESERVE_IDLE_S = 0.002
+#: the apply queue empty this long after an apply: the apply thread tops its heap reserve up (longer
+#: than the gaps of a sequential client or of single-row pushes, ~1-10 ms, so that it runs between
+#: bursts, not between their batches)
+RESERVE_IDLE_S = 0.02
 
 
 class ApplyQueue:
