@@ -88,6 +88,41 @@ index on k (``GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)``) and a sliding
    extra: 4.72 / 4.82 / 5.04 ms; the allocator's tick 8.5 -> 35 us of it); the server's Arrow run r has
    1 + 3r (warm-up stream W, earlier runs' streams); the in-process run of rep r now holds as many
    other streams (with their queries and a few rows), both sides alike (lead, after follow-up 2).
+   Follow-up 3 (helper hN; load 2.6-10 from other helpers all session: no quiet run was possible, so the
+   figures below are per-run components, not the wall ratio).  ``--raw`` prints every run's figures (one
+   JSON line: wall, apply wall / CPU, event loop CPU, log commits and their seconds, minor page faults of
+   both sides).  20 ``--quick --raw`` runs at load 2.6-5.6: the Arrow wall ratio read 0.71-1.77 and
+   followed the load (in-process wall / CPU 1.08-2.09), while the components were steady: event loop
+   0.39-0.65 ms per batch, 8-10 log commits per Arrow run (off the apply path), and -- traced with the
+   apply thread's CLOCK_MONOTONIC start / end per item against the client's -- pipeline fill 2-5 ms,
+   gaps between items 0.13-0.15 ms each (1.3 ms a run), drain (the final read) 1.2-8 ms: the applies are
+   ~96 % of an Arrow run's wall.  A profile of the event loop (cProfile behind SIGUSR1/2, py-spy --gil)
+   spreads its time thinly (Arrow parsing and checks ~25 %, HTTP receive ~20 %, answers ~10 %, the body
+   join ~7 %), nothing worth more than ~0.05 ms per batch.  What differs is page faults: every Arrow run
+   in the server grows a new stream's engine state (~24 MB: RSS +22-28 MB per run) into never-touched
+   heap, 5 000-7 500 minor faults (rep 0: 15 000-17 000), all on the apply thread; the in-process reps
+   fault 12 000-13 000 / 600-2 500 / 9 000-9 800 (rep 1 reuses the pages of the engine the bench just
+   dropped), and a fault-free push costs 4.4-4.6 ms of CPU against 4.9-5.1 faulting (in-process, engines
+   kept alive, 6 reps, with and without a prefault).  So the in-process best of 3 is usually its
+   low-fault rep while every Arrow run faults: ~0.25 ms per batch (~5 %) of the gap, and a source of
+   spread (a run whose in-process reps all fault reads high).  Lever kept: the apply thread keeps a
+   pre-touched heap reserve (``sketchql serve --heap-reserve-mb``, default 48): after 20 ms without work it
+   populates the next 48 MB of its heap (``engine.heap.prefault``: ``MADV_POPULATE_WRITE`` on the blocks
+   ``mincore`` shows absent, stopping as soon as an item arrives) and frees them, and the server keeps
+   one malloc arena (a thread's own arena is made of 64 MB heaps that glibc unmaps when free, losing the
+   reserve).  Measured (a driver script outside the tree: two servers, reserve 0 and 48, alternating pipelined Arrow runs
+   of the bench's 50 batches, 12 pairs, load 9.4-10.1): faults per run median 6 020 -> 1 537 (paired
+   0.26), apply CPU per batch median 5.08 -> 4.94 ms (paired 0.961), wall paired median 0.851 (8 of 12
+   pairs faster; noise-bound at that load).  ``--quick --raw``, 8 interleaved pairs against the base tree
+   (same bench script) at load 5.4-10.2: faults per Arrow run median 6 947 -> 2 546, least apply CPU per
+   batch median 5.33 -> 5.12 ms; the Arrow ratios (base 0.87-2.67, new 1.00-2.43, paired new/base
+   0.63-2.44) say nothing at that load, nor do the other keys over 13 pairs (medians base / new: NDJSON
+   0.865 / 0.819, result p99 40.5 / 50.4 ms, SSE p99 13.4 / 15.0 ms, recovery 1.93 / 1.97 s per
+   million, lost 0 / 0); those pairs ran with a 2 ms idle threshold, since raised to 20 ms so that no
+   top-up runs between the batches of a sequential client or of single-row pushes (the result-read and
+   SSE phases); with 20 ms, the same driver (8 pairs, load 11.3-11.6): faults per run median 6 259 ->
+   832 (paired 0.13), apply CPU per batch median 5.51 -> 5.03 ms (paired 0.931).  Not verified: the
+   >= 0.8 target in quiet ``--quick`` runs.
 2. **Result latency**: during a third (Arrow) ingest, 10 concurrent readers loop on
    ``GET /queries/{id}/results?since=<cursor>&limit=1000``; p50 / p99 of their
    request latencies.  Each reader opens its keep-alive connection with one
@@ -129,6 +164,11 @@ import time
 import uuid
 
 import numpy as np
+
+try:
+    import resource
+except ImportError:               # not on Windows
+    resource = None
 
 DDL = ("CREATE STREAM {s} (k INT, v DOUBLE) TIMESTAMP ts; "
        "CREATE SUMMARY {s}_k ON {s} (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)")
@@ -233,6 +273,15 @@ def proc_cpu(pid: int) -> float:
         return float("nan")
 
 
+def proc_minflt(pid: int):
+    """Minor page faults of a process so far (all threads; fresh pages touched); None where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def thread_cpu(pid: int, tid: int) -> float:
     """CPU seconds one thread of a process used so far (schedstat, ns resolution); NaN where missing.
     The server's event loop runs on its main thread (tid = pid)."""
@@ -310,6 +359,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3, help="requests in flight of the pipelined client")
     ap.add_argument("--per-request", type=int, default=PER_REQUEST,
                     help="batches per Arrow request (X-Arrow-Batches: each) of both Arrow ingest runs")
+    ap.add_argument("--raw", action="store_true", help="also print every run's figures (one JSON line)")
     args = ap.parse_args(argv)
     # --quick: 50 batches (~15 s in all).  With 10, an Arrow run was 2 requests of 5 batches (~35 ms):
     # mostly the pipeline's fill (the first request's 5 batches arrive and are checked before the first
@@ -333,6 +383,7 @@ def main(argv=None) -> int:
            "arrow_loop": [], "nd_loop": [], "seq_loop": [],          # CPU s of the server's event loop
            "arrow_apply": [], "nd_apply": [], "seq_apply": [],       # wall s the apply thread spent applying
            "arrow_apply_cpu": [], "nd_apply_cpu": [], "seq_apply_cpu": []}     # ... and its CPU s in that
+    raw = {"in_wall": [], "in_cpu": [], "load": []}     # per run, printed as one JSON line (--raw)
 
     def inprocess(idle: int = 0) -> float:
         e = Engine(seed=7)
@@ -344,11 +395,18 @@ def main(argv=None) -> int:
             e.push(f"I{i}", {k: v[:10] for k, v in data[0].items()})
         e.execute(DDL.format(s="S"))
         e.register(QUERY.format(s="S"))
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
         t, c0 = time.perf_counter(), time.process_time()
         for b in data:
             e.push("S", b)
         cpu["in"].append(time.process_time() - c0)
-        return time.perf_counter() - t
+        t = time.perf_counter() - t
+        raw["in_wall"].append(round(t, 6))
+        raw["in_cpu"].append(round(cpu["in"][-1], 6))
+        raw.setdefault("in_minflt", []).append(
+            (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) if resource is not None else None)
+        raw["load"].append(os.getloadavg()[0])
+        return t
 
     tmp = tempfile.mkdtemp(prefix="sketchql-bench-")
     try:
@@ -381,7 +439,10 @@ def main(argv=None) -> int:
             c.post("/streams", json={"sql": DDL.format(s=stream)}).raise_for_status()
             c.post("/queries", json={"sql": QUERY.format(s=stream)}).raise_for_status()
             a0 = c.get("/health").json()["apply"]
+            d0 = c.get("/durability").json()
+            d0 = d0.get("log", d0)
             l0 = thread_cpu(srv.proc.pid, srv.proc.pid)
+            m0 = proc_minflt(srv.proc.pid)
             s0, c0, t = proc_cpu(srv.proc.pid), time.process_time(), time.perf_counter()
             if key == "seq":
                 for body in bodies:
@@ -396,8 +457,17 @@ def main(argv=None) -> int:
             cpu[f"{key}_apply"].append(a1["busy_s"] - a0["busy_s"])
             cpu[f"{key}_apply_cpu"].append(a1["busy_cpu_s"] - a0["busy_cpu_s"])
             cpu[f"{key}_srv"].append(proc_cpu(srv.proc.pid) - s0)
+            m1 = proc_minflt(srv.proc.pid)
+            raw.setdefault(f"{key}_minflt", []).append(None if m0 is None or m1 is None else m1 - m0)
             cpu[f"{key}_loop"].append(thread_cpu(srv.proc.pid, srv.proc.pid) - l0)
             cpu[f"{key}_cli"].append(time.process_time() - c0)
+            d1 = c.get("/durability").json()
+            d1 = d1.get("log", d1)
+            for name, v in (("wall", t), ("apply", cpu[f"{key}_apply"][-1]), ("apply_cpu", cpu[f"{key}_apply_cpu"][-1]),
+                            ("loop", cpu[f"{key}_loop"][-1]), ("srv", cpu[f"{key}_srv"][-1]),
+                            ("commits", d1.get("commits", 0) - d0.get("commits", 0)),
+                            ("commit_s", d1.get("commit_s_total", 0.0) - d0.get("commit_s_total", 0.0))):
+                raw.setdefault(f"{key}_{name}", []).append(round(v, 6))
             return t
 
         for rep in range(args.repeat):
@@ -405,6 +475,8 @@ def main(argv=None) -> int:
             t_arrow.append(http_run(f"A{rep}", a_bodies, "application/vnd.apache.arrow.stream", "arrow", a_headers))
             t_nd.append(http_run(f"N{rep}", nd_bodies, "application/x-ndjson", "nd"))
             t_seq.append(http_run(f"Q{rep}", a_bodies, "application/vnd.apache.arrow.stream", "seq", a_headers))
+        if args.raw:
+            print("raw per run: " + json.dumps(raw))
         t_in, t_arrow, t_nd, t_seq = min(t_in), min(t_arrow), min(t_nd), min(t_seq)
         rate_in = n / t_in
         print(f"in-process engine: {n:,} tuples, best of {args.repeat}: {rate_in:,.0f} tuples/s")

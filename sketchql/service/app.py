@@ -396,7 +396,7 @@ def _docs_routes(app: FastAPI):
 def create_app(engine=None, demo: bool = True, limits: Limits | None = None, seed: int = 7,
                demo_options: dict | None = None, data_dir: str | None = None, fresh: bool = False,
                auth=None, checkpoint_every_tuples: int = 1_000_000, checkpoint_interval_s: float = 60.0,
-               sync: bool = True, checkpoint_max_replay_s: float = 2.0) -> FastAPI:
+               sync: bool = True, checkpoint_max_replay_s: float = 2.0, heap_reserve_mb: float = 0.0) -> FastAPI:
     """The service around ``engine`` (a new :class:`~sketchql.engine.Engine` by default).
 
     ``demo``: declare the demo streams/summaries/queries (or resume them from
@@ -406,6 +406,8 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
     now; ``fresh``: wipe it first.  ``auth``: an :class:`~sketchql.service.auth.Auth`.
     ``checkpoint_every_tuples`` / ``checkpoint_interval_s`` / ``checkpoint_max_replay_s``: when
     the background checkpointer writes one (:class:`Checkpointer`).  ``sync=False`` skips fsync (tests of logic only).
+    ``heap_reserve_mb``: MB of heap the apply thread keeps pre-touched while idle (``sketchql serve
+    --heap-reserve-mb``; :class:`~sketchql.service.applier.ApplyQueue`), 0: off.
     """
     from .durability import OpLog, wipe
 
@@ -416,6 +418,7 @@ def create_app(engine=None, demo: bool = True, limits: Limits | None = None, see
             wipe(data_dir)
         store = OpLog(data_dir, sync=sync)
     state = ServiceState(engine, limits, seed=seed, store=store, auth=auth)
+    state.applier.heap_reserve = int(max(heap_reserve_mb, 0.0) * (1 << 20))
     if store is not None:
         info = state.recover()
         if info.get("replayed_ops") or info.get("checkpoint_seq"):

@@ -48,6 +48,10 @@ import time
 from collections import deque
 
 log = logging.getLogger("sketchql.service")
+#: the apply queue empty this long after an apply: the apply thread tops its heap reserve up (longer
+#: than the gaps of a sequential client or of single-row pushes, ~1-10 ms, so that it runs between
+#: bursts, not between their batches)
+RESERVE_IDLE_S = 0.02
 
 
 class ApplyQueue:
@@ -57,7 +61,8 @@ class ApplyQueue:
     reported through ``on_error(item, exc)`` and kept in :attr:`errors`, never swallowed silently.
     """
 
-    def __init__(self, engine_lock, apply, max_pending: int = 2, on_error=None, keep_errors: int = 100):
+    def __init__(self, engine_lock, apply, max_pending: int = 2, on_error=None, keep_errors: int = 100,
+                 heap_reserve: int = 0):
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         self.engine_lock = engine_lock
@@ -80,6 +85,8 @@ class ApplyQueue:
         self.last_active = time.monotonic()  # when an item was last put or applied (see idle_for)
         self._thread = None
         self._closing = False
+        self.heap_reserve = int(heap_reserve)   # bytes of heap the apply thread keeps pre-touched (0: off)
+        self.reserve = {"top_ups": 0, "populated_bytes": 0, "seconds": 0.0}
 
     # -- admission ----------------------------------------------------------------------
     def put(self, item, timeout: float = 600.0) -> int:
@@ -162,18 +169,38 @@ class ApplyQueue:
                             pass
 
     def _loop(self) -> None:
+        topped = True                       # the heap reserve was topped up since the last apply
         while True:
             with self._cv:
                 while not self._items and not self._closing:
-                    self._cv.wait()
-                if not self._items:
+                    if topped or not self.heap_reserve:
+                        self._cv.wait()
+                    elif not self._cv.wait(RESERVE_IDLE_S):
+                        break               # idle: top the reserve up (below, without _cv), then wait again
+                if not self._items and self._closing:
                     return
+                idle = not self._items
+            if idle:
+                self._top_up()
+                topped = True
+                continue
+            topped = False
             with self.engine_lock:
                 with self._cv:
                     item = self._items.popleft() if self._items else None
                     self._wake_room()
                 if item is not None:
                     self._run(item)
+
+    def _top_up(self) -> None:
+        """Pre-touch :attr:`heap_reserve` bytes of this thread's heap (:func:`~sketchql.engine.heap.prefault`),
+        abandoned as soon as an item arrives; outside the engine lock, and mostly outside the GIL."""
+        from ..engine.heap import prefault
+
+        t0 = time.perf_counter()
+        self.reserve["populated_bytes"] += prefault(self.heap_reserve, stop=lambda: bool(self._items) or self._closing)
+        self.reserve["top_ups"] += 1
+        self.reserve["seconds"] += time.perf_counter() - t0
 
     def _wake_room(self) -> None:
         """Resolve the futures of :meth:`when_room` (under ``_cv``, after an item left the queue)."""
@@ -225,6 +252,7 @@ class ApplyQueue:
                     "acknowledged": self.acked, "applied": self.applied, "errors": self.error_count, "busy_s": round(self.busy_s, 6),
                     "busy_cpu_s": round(self.busy_cpu_s, 6),
                     "admissions_waited": dict(self.busy),
+                    "heap_reserve": {"bytes": self.heap_reserve, **self.reserve, "seconds": round(self.reserve["seconds"], 6)},
                     "last_errors": list(self.errors)[-5:]}
 
     def close(self, timeout: float = 60.0) -> None:

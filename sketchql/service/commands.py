@@ -99,12 +99,18 @@ def _cmd_serve(args) -> int:
                     max_header_bytes=args.max_header_bytes, header_read_timeout_s=args.header_read_timeout,
                     max_connections=args.max_connections, max_sse_clients=args.max_sse_clients)
     opts = {"speed": args.demo_speed, "max_tuples": args.demo_tuples}
+    if not 0 <= args.heap_reserve_mb <= 48:
+        return fail(f"--heap-reserve-mb must be 0..48, got {args.heap_reserve_mb}")
+    if args.heap_reserve_mb > 0:
+        # before any thread allocates: the apply thread's reserve must live in the main arena (engine.heap)
+        from ..engine.heap import one_arena
+        one_arena()
     try:
         app = create_app(demo=not args.no_demo, limits=limits, seed=args.seed, demo_options=opts,
                          data_dir=data_dir, fresh=args.fresh, auth=auth,
                          checkpoint_every_tuples=args.checkpoint_every_tuples,
                          checkpoint_interval_s=args.checkpoint_interval,
-                         checkpoint_max_replay_s=args.checkpoint_replay_s)
+                         checkpoint_max_replay_s=args.checkpoint_replay_s, heap_reserve_mb=args.heap_reserve_mb)
     except DataDirError as exc:
         return fail(str(exc))
     where = f"http://{args.host}:{args.port}"
@@ -203,6 +209,9 @@ def register(subparsers) -> None:
                    help="seconds of demo event time fed per second of wall time (default 10)")
     p.add_argument("--demo-tuples", type=int, default=200_000,
                    help="total demo tuples; the feeder stops after them (default 200000)")
+    p.add_argument("--heap-reserve-mb", type=float, default=48.0, metavar="MB",
+                   help="heap the apply thread keeps pre-touched while idle, so that the next batches' new "
+                        "engine state is not page-faulted in on the ingest path (0: off; at most 48; default 48)")
     p.add_argument("--switch-interval", type=float, default=0.001,
                    help="Python's thread switch interval in seconds while serving (default 0.001; Python's is 0.005)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

@@ -201,6 +201,7 @@ class OpLog:
         self.wal_checkpoints = 0
         self.last_commit_at = time.monotonic()
         self.commit_s_max = 0.0                    # the slowest commit (write + fsync) so far
+        self.commit_s_total = 0.0                  # all commits' durations, summed
         self._commit_s: deque = deque(maxlen=256)  # the latest commits' durations (status: p50 / p90)
         self._wal_cv = threading.Condition()
         self._writer = threading.Thread(target=self._write_loop, name="sketchql-oplog", daemon=True)
@@ -309,6 +310,7 @@ class OpLog:
                 self.commits += 1
                 self.committed_ops += len(batch)
                 self.commit_s_max = max(self.commit_s_max, took)
+                self.commit_s_total += took
                 self._commit_s.append(took)
                 self._cv.notify_all()
                 self._wake_async()
@@ -448,6 +450,7 @@ class OpLog:
                 "checkpoint_seq": self.checkpoint_seq, "ops_since_checkpoint": self.ops_since_checkpoint,
                 "tuples_since_checkpoint": self.tuples_since_checkpoint, "commits": self.commits,
                 "committed_ops": self.committed_ops, "commit_ms_max": round(1000.0 * self.commit_s_max, 3),
+                "commit_s_total": round(self.commit_s_total, 6),
                 **self._commit_percentiles(),
                 "wal_bytes": self.wal_bytes, "wal_checkpoints": self.wal_checkpoints, "checkpoints": self.checkpoints,
                 "last_checkpoint_s": self.last_checkpoint_s,
