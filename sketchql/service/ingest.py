@@ -27,6 +27,7 @@ import json
 
 import numpy as np
 
+from ..engine.batches import INT_MAX, int_fits
 from .errors import ApiError, limit_exceeded
 from .jsonbody import parse_json
 
@@ -277,7 +278,7 @@ def _typed(col: str, kind: str, vals: list, where: str, lines) -> np.ndarray:
         out[:] = vals
         return out
     except OverflowError:
-        r = next(i for i, v in enumerate(vals) if isinstance(v, int) and not -2**63 <= v < 2**63)
+        r = next(i for i, v in enumerate(vals) if isinstance(v, int) and not int_fits(v))
         raise ApiError(400, "BatchError", f"stream {where}: column {col!r} row {r}: {vals[r]} does not fit "
                        f"in 64 bits", stream=where, column_name=col, row=r) from None
 
@@ -392,7 +393,7 @@ def _arrow_columns(table, schema, max_rows: int):
             raise ApiError(400, "BatchError", f"stream {where}: column {c!r} is {_KIND_NAME[kind]} but row {r} is "
                            f"null", stream=where, column_name=c, row=r)
         if pa.types.is_unsigned_integer(col.type) and col.type.bit_width == 64 and len(col):
-            big = pc.greater(col, pa.scalar(2**63 - 1, pa.uint64()))
+            big = pc.greater(col, pa.scalar(INT_MAX, pa.uint64()))
             if pc.any(big).as_py():
                 r = _first(pc.fill_null(big, False))
                 raise ApiError(400, "BatchError", f"stream {where}: column {c!r} row {r}: "

@@ -47,6 +47,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..control import ControlError, jsonable
+from ..engine.batches import int_fits
 from ..errors import SketchQLError
 from . import gcpolicy
 from .applier import ApplyQueue, ExclusiveLock
@@ -1164,7 +1165,7 @@ def _values_for(values, ctype, summary, attr):
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                (ctype == "int" and not (isinstance(v, int) and -2 ** 63 <= v < 2 ** 63)) or \
+                (ctype == "int" and not (isinstance(v, int) and int_fits(v))) or \
                 (isinstance(v, float) and not math.isfinite(v)):
             raise ApiError(422, "bad_parameter", f"summary {summary!r}: attribute {attr!r} is {ctype.upper()}, "
                            f"value {v!r} is not one", parameter="value", value=str(v))
