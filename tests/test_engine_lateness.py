@@ -150,8 +150,9 @@ def test_late_policy_error_raises_after_applying_what_the_slack_released():
     eng.controls.set("stream", "A", "late_policy", "error")
     q = eng.register("SELECT k, ts FROM A [RANGE 100]")
     eng.push("A", {"ts": [1.0, 5.0], "k": [1, 5]})             # released up to 4; 5 buffered
-    with pytest.raises(LateTupleError, match="later than the slack"):
+    with pytest.raises(LateTupleError, match="later than the slack") as e:
         eng.push("A", {"ts": [2.0, 8.0, 9.0], "k": [2, 8, 9]})  # 2 late; releases 5 and 8 (W = 8)
+    assert e.value.accepted == 2
     assert sorted(q.results()["k"].tolist()) == [1, 5, 8]
     assert eng.stream("A").clock == 8.0
     eng.push("A", {"ts": [10.0], "k": [10]})

@@ -412,6 +412,13 @@ class Engine:
     def push(self, name: str, batch, validated: bool = False) -> None:
         """Append a batch to a stream (or a table); validates it fully before accepting anything.
 
+        A refused batch (:class:`BatchError`, :class:`LateTupleError` without a slack) changes nothing.
+        A stream with a ``slack`` (alias ``allowed_lateness``) takes the batch into its buffer and
+        applies what the buffer releases, in timestamp order; tuples later than the slack follow
+        ``late_policy`` (with 'error' the push raises *after* applying the rest; the error's
+        ``accepted`` counts those tuples).  An error raised inside one query's step fails that query
+        (:meth:`_finish_dispatch`); the batch reaches every other query.
+
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
         apply thread): it is not validated again."""
@@ -500,6 +507,7 @@ class Engine:
                     f"stream {h.name}: {len(late)} tuple(s) later than the slack of {h._slack.slack:g} s "
                     f"(oldest ts {float(late.ts.min()):g} <= released watermark {h._slack.watermark:g}); "
                     f"the other tuples of the batch were accepted")
+                err.accepted = len(b) - len(late)       # > 0: the batch is applied in part (not refused)
         if released is None:
             return b.take(np.zeros(0, np.int64)), err
         return released, err
