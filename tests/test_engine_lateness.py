@@ -293,3 +293,32 @@ def test_int_null_is_called_null(make):
         assert np.isnan(q.results()["x"].tolist()[1]) and q.results()["x"].tolist()[::2] == [1.5, 2.5]
     with pytest.raises(BatchError, match=r"row 1 holds 2.5"):
         eng.push("A", {"ts": [1.0, 2.0], "k": [1.0, 2.5]})
+
+
+def test_an_operator_error_when_the_slack_moves_the_clock_on():
+    """The step that moves a slack stream's clock to its watermark (no input) raises in one query: that
+    query fails, the other advances to the watermark (its window expires a tuple there), pushes go on."""
+    def build():
+        eng = Engine()
+        eng.execute("CREATE STREAM S (k INT) TIMESTAMP ts SLACK 2 SECONDS")
+        return eng, [eng.register("SELECT COUNT(*) AS n FROM S [RANGE 3]"),
+                     eng.register("SELECT k FROM S [RANGE 2]")]
+    (eng, (a, v)), (ref, (ra, rv)) = build(), build()
+    op, step, raised = v.plan.root.op, v.plan.root.op.step, []
+
+    def boom(now, *inputs):
+        if now == 4.0 and not raised:
+            raised.append(now)
+            raise ValueError("at the watermark")
+        return step(now, *inputs)
+    op.step = boom
+    for e in (eng, ref):
+        e.push("S", {"ts": [1.0, 2.0, 3.0, 6.0], "k": [1, 2, 3, 6]})   # releases 1..3 at 3, then W = 4
+    assert raised == [4.0] and v.state == "failed" and "ValueError in its plan" in v.failed
+    assert a.clock == 4.0 and a.snapshot(4.0)["n"].tolist() == [2]       # 1 expired at 4
+    for e in (eng, ref):
+        e.push("S", {"ts": [7.0], "k": [7]})
+        e.heartbeat("S", 20.0)
+    _same(a.results(), ra.results())
+    assert v.clock == 3.0
+    _same(v.snapshot(3.0), rv.snapshot(3.0))
