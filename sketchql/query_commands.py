@@ -6,7 +6,9 @@ its SELECT statements, pushes the CSV files (all inputs merged in timestamp
 order, in chunks, so joins progress together), sends the heartbeats, and
 prints each query's answer: the change stream in the query's view (columns
 plus ``__sign`` and ``__at``), or with ``--snapshot`` the relation at the final
-time.
+time.  A query that failed on the way (e.g. past ``max_rows_per_step``) is
+marked ``FAILED`` in its header, its results stop where it failed, the
+reason goes to stderr and the exit status is 1 (2: bad SQL or input).
 
 ``sketchql explain "<statements>"`` prints the plan of the last statement (a
 SELECT, with or without EXPLAIN) after running the DDL statements before it
@@ -76,14 +78,32 @@ def _cmd_query(args) -> int:
                     eng.push(name, df.iloc[rows].reset_index(drop=True))
         for name, ts in _pairs(args.heartbeat, "heartbeat"):
             eng.heartbeat(name, float(ts))
+        failed = 0
         for q in queries:
-            print(f"-- query {q.id}: {' '.join(q.bound.query.text.split())} (view {q.view}, clock {q.clock:g})")
+            print(f"-- query {q.id}: {' '.join(q.bound.query.text.split())} (view {q.view}, clock {q.clock:g})"
+                  + (" FAILED" if q.failed is not None else ""))
             out = q.snapshot() if args.snapshot else q.results()
             out.to_csv(sys.stdout, index=False)
+            if q.failed is not None:         # its results stop where it failed: say so, and exit 1
+                print(f"error: {q.failed}", file=sys.stderr)
+                failed += 1
+        sys.stdout.flush()
     except SketchQLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    except BrokenPipeError:                  # `sketchql query ... | head`: the reader left, not an error
+        _quiet_stdout()
+        return 0
+    return 1 if failed else 0
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush does not
+    raise again (the Python docs' recipe for SIGPIPE)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _cmd_explain(args) -> int:

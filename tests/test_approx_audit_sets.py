@@ -61,3 +61,16 @@ def test_compare_sets_mixed_columns_and_nulls_against_brute_force():
     assert 0 < hit < len(ap)
     assert r["recall"] == hit / len(ex)
     assert r["fp_rate"] == (len(ap) - hit) / len(ap)
+
+
+def test_compare_sets_with_an_empty_side_warns_nothing():
+    """An empty answer next to a float/int exact one made pandas warn (FutureWarning: empty entries
+    deciding a concat's dtype) on about half the pushes of a PT join (audit hQ, item 11)."""
+    import warnings
+
+    exact = pd.DataFrame({"k": np.array([1, 2, 2], np.int64), "v": [0.5, 1.5, 1.5]})
+    empty = pd.DataFrame({"k": pd.Series([], dtype=float), "v": pd.Series([], dtype=float)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = compare_sets(empty, exact, ["k", "v"])
+    assert r["recall"] == 0.0 and r["n_approx"] == 0 and r["n_exact"] == 3

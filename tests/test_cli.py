@@ -64,3 +64,34 @@ def test_python_dash_m_runs_the_same_cli():
     out = subprocess.run([sys.executable, "-m", "sketchql", "--help"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "serve" in out.stdout and "replay" in out.stdout
+
+
+def test_query_that_fails_says_so_and_exits_1(tmp_path, capsys):
+    """A query past ``max_rows_per_step`` (a 10,000 x 10,000 self-match) used to print its header
+    and an empty result with exit 0 and nothing on stderr (audit hQ defect 8)."""
+    ts = np.arange(0, 100, 0.01)
+    lines = ["ts,k"] + [f"{t:.2f},0" for t in ts]
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    sql = ("CREATE STREAM A (k INT) TIMESTAMP ts; CREATE STREAM B (k INT) TIMESTAMP ts; "
+           "SELECT COUNT(*) AS n FROM A [RANGE 5]; "
+           "SELECT A.k, A.ts, B.ts FROM A [RANGE 50], B [RANGE 50] WHERE A.k = B.k;")
+    rc = main(["query", "--sql", sql, "--input", f"A={tmp_path / 'd.csv'}", "--input", f"B={tmp_path / 'd.csv'}",
+               "--snapshot"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "FAILED" in out and "max_rows_per_step" in err and "query 2" in err
+    # the other query's answer is still printed, and right: 500 rows in (95, 100]
+    first = out.split("-- query 2")[0]
+    assert first.strip().splitlines()[-1] == "500"
+
+
+def test_query_into_a_closed_pipe_is_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "d.csv").write_text("ts,k\n" + "".join(f"{t},1\n" for t in range(20000)))
+    cmd = (f"{sys.executable} -m sketchql query --sql 'CREATE STREAM A (k INT) TIMESTAMP ts; "
+           f"SELECT k, ts FROM A [RANGE 100000]' --input A={tmp_path / 'd.csv'} | head -2")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert len(out.stdout.splitlines()) == 2
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr

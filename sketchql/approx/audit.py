@@ -82,7 +82,9 @@ def _row_keys(exact, approx, cols: list):
     ne = len(exact)
     key = np.zeros(ne + len(approx), np.int64)
     for c in cols:
-        codes, uniq = pd.factorize(pd.concat([exact[c], approx[c]], ignore_index=True), use_na_sentinel=False)
+        # an empty side is left out of the concat (pandas deprecates empty entries deciding the dtype)
+        parts = [x for x in (exact[c], approx[c]) if len(x)] or [exact[c]]
+        codes, uniq = pd.factorize(pd.concat(parts, ignore_index=True), use_na_sentinel=False)
         key = pd.factorize(key * max(len(uniq), 1) + codes)[0]
     k = int(key.max()) + 1 if len(key) else 0
     return key[:ne], key[ne:], k

@@ -320,6 +320,26 @@ class EngineAllocator:
     def _queries(self):
         return [q for q in self.engine._queries.values() if getattr(q, "_precision", None) is not None]
 
+    def _state_key(self) -> tuple:
+        """O(1) stand-in for :meth:`_signature`: the engine's query epoch (bumped by every change of
+        the registered queries and of what the signature reads from them, ``engine._Queries``) and
+        the budgets.  The signature is recomputed only when this key moved."""
+        b = self.engine.budgets
+        return (getattr(self.engine._queries, "epoch", None), b.get("memory_bytes"), b.get("cpu_units_per_s"))
+
+    def _tracked(self):
+        """(queries with precision state, their approximate ones, the ones with an ApproxInfo, min gap),
+        cached per query epoch: kind, info and window of a query are fixed at registration."""
+        key = getattr(self.engine._queries, "epoch", None)
+        c = self.__dict__.get("_tracked_cache")
+        if c is None or c[0] != key or key is None:
+            qs = self._queries()
+            ws = [q._precision.window for q in qs if math.isfinite(q._precision.window)]
+            c = self._tracked_cache = (key, qs, [q._precision for q in qs if q._precision.kind != "exact"],
+                                       [q for q in qs if q._precision.info is not None],
+                                       0.5 * min(ws) if ws else 1.0)
+        return c[1:]
+
     def _signature(self):
         qs = []
         for q in self._queries():
@@ -331,6 +351,7 @@ class EngineAllocator:
 
     def on_queries_changed(self, reason: str):
         self._sig = None          # next tick re-plans at once
+        self._tracked_cache = None
 
     def replan(self, reason: str = "requested", force: bool = True) -> dict:
         """Re-plan now (applied unconditionally when ``force``); returns the decision."""
@@ -484,26 +505,34 @@ class EngineAllocator:
 
     # -- triggers --------------------------------------------------------------------------
     def tick(self, now: float):
-        sig = self._signature()
-        if sig != self._sig:
-            first = self._sig is None and self.replans == 0
-            self._sig = sig
-            self._plan("queries, weights, contracts or budgets changed" if not first else "initial plan", force=True)
-            self._has_stats = self._stats_ready()
-            return
+        key = self._state_key()
+        if self._sig is None or key[0] is None or key != self.__dict__.get("_sig_key"):
+            self._sig_key = key
+            sig = self._signature()
+            if sig != self._sig:
+                first = self._sig is None and self.replans == 0
+                self._sig = sig
+                self._plan("queries, weights, contracts or budgets changed" if not first else "initial plan",
+                           force=True)
+                self._has_stats = self._stats_ready()
+                return
         if not self._has_stats and self._stats_ready():
             self._has_stats = True
             self._plan("statistics available", force=True)
             return
         if not (np.isfinite(now) and now - self._last_plan_t >= self._min_gap()):
             return
-        for n, mt in self.m.meters.items():
-            r, r0 = mt.rate(), self._rates_at_plan.get(n)
-            if r and r0 and (r / r0 > self.rate_factor or r0 / r > self.rate_factor):
+        # the streams measured at the plan, in the meters' order (meters are never removed and
+        # _rates_at_plan is a snapshot of them); a stream first measured since has no rate to compare
+        for n, r0 in self._rates_at_plan.items():
+            if not r0:
+                continue
+            r = self.m.meters[n].rate()
+            if r and (r / r0 > self.rate_factor or r0 / r > self.rate_factor):
                 self._plan(f"rate of {n} changed {r0:.3g} -> {r:.3g} tuples/s", force=False)
                 self._rates_at_plan[n] = r
                 return
-        for q in self._queries():
+        for q in self._tracked()[2]:
             qp = q._precision
             old = self._stats_at_plan.get(q.id)
             if qp.info is None or old is None:
@@ -517,11 +546,10 @@ class EngineAllocator:
                 return
 
     def _min_gap(self) -> float:
-        ws = [q._precision.window for q in self._queries() if math.isfinite(q._precision.window)]
-        return 0.5 * min(ws) if ws else 1.0
+        return self._tracked()[3]
 
     def _stats_ready(self) -> bool:
-        qs = [q._precision for q in self._queries() if q._precision.kind != "exact"]
+        qs = self._tracked()[1]
         if not qs:
             return False
         for qp in qs:

@@ -55,8 +55,20 @@ def _show(x) -> str:
     return repr(x.item() if isinstance(x, np.generic) else x)
 
 
-#: INT columns hold int64: [-2^63, 2^63).  Both bounds are exact in float64.
-_I64_LO, _I64_HI = -2.0 ** 63, 2.0 ** 63
+#: INT columns hold int64: ``INT_MIN <= v <= INT_MAX``, i.e. [-2^63, 2^63) -- the one statement of
+#: the rule; everything below derives from it
+INT_MIN, INT_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def int_fits(v: int) -> bool:
+    """Whether the (exact, Python) integer ``v`` is in an INT column's range [-2^63, 2^63)."""
+    return INT_MIN <= v <= INT_MAX
+
+
+#: the same range as float64 bounds ``[_I64_LO, _I64_HI)`` (both exact in float64)
+_I64_LO, _I64_HI = float(INT_MIN), float(INT_MAX + 1)
+#: the least uint64 an INT column cannot hold
+_U64_TOO_BIG = np.uint64(INT_MAX + 1)
 #: below this magnitude a float64 holds every integer exactly
 _EXACT_F64 = 2.0 ** 53
 
@@ -123,7 +135,7 @@ def _object_to_int(col: str, a: np.ndarray, num: np.ndarray, where: str) -> np.n
         v = _exact_int(x)
         if v is None:
             raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(x)}")
-        if not -2 ** 63 <= v < 2 ** 63:
+        if not int_fits(v):
             raise _too_big(where, col, r, x)
         out[r] = v
     return out
@@ -136,8 +148,8 @@ def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
             return a.astype(np.int64 if kind == "int" else np.float64)
         if a.dtype.kind in "iu":
             if kind == "int" and a.dtype.kind == "u" and a.dtype.itemsize == 8 and len(a) \
-                    and a.max() >= np.uint64(2 ** 63):
-                r = int(np.flatnonzero(a >= np.uint64(2 ** 63))[0])
+                    and a.max() >= _U64_TOO_BIG:
+                r = int(np.flatnonzero(a >= _U64_TOO_BIG)[0])
                 raise _too_big(where, col, r, a[r])
             return a.astype(np.int64 if kind == "int" else np.float64, copy=False)
         if a.dtype.kind == "f":

@@ -27,9 +27,143 @@ from .streams import StreamHandle
 DEFAULT_MAX_ROWS_PER_STEP = 2_000_000
 
 
-def _marks(queries: dict) -> dict:
+class _Queries(dict):
+    """The registered queries, ``id -> Query`` in registration order, with an index
+    ``stream (lower case) -> the queries reading it`` in that same order, so that a push touches
+    only the queries of its stream.  The index is rebuilt (O(queries)) on first use after any
+    change of the membership; ``epoch`` counts every such change and every change of a registered
+    query's allocator-visible state (:meth:`Query._touch`: weight, active, knobs, contract,
+    pinned sample rate, audit share) -- the allocator recomputes its signature only when it moved."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.epoch = 0
+        self._by = None
+
+    def _changed(self) -> None:
+        self.__dict__["_by"] = None
+        self.epoch = self.__dict__.get("epoch", 0) + 1
+
+    def on_stream(self, name: str) -> tuple:
+        """The queries reading stream ``name`` (lower case), in registration order."""
+        by = self.__dict__.get("_by")
+        if by is None:
+            by = {}
+            for q in self.values():
+                for s in q.stream_sources():
+                    by.setdefault(s, []).append(q)
+            by = self.__dict__["_by"] = {k: tuple(v) for k, v in by.items()}
+        return by.get(name, ())
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v)
+        self._changed()
+
+    def __delitem__(self, k):
+        super().__delitem__(k)
+        self._changed()
+
+    def pop(self, *a):
+        n = len(self)
+        r = super().pop(*a)
+        if len(self) != n:
+            self._changed()
+        return r
+
+    def popitem(self):
+        r = super().popitem()
+        self._changed()
+        return r
+
+    def clear(self):
+        super().clear()
+        self._changed()
+
+    def update(self, *a, **k):
+        super().update(*a, **k)
+        self._changed()
+
+    def setdefault(self, k, v=None):
+        if k not in self:
+            self[k] = v
+        return self[k]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def __reduce_ex__(self, protocol):
+        # the items are set (through __setitem__) before the state: the index is rebuilt on use
+        return (_Queries, (), {"epoch": self.__dict__.get("epoch", 0)}, None, iter(self.items()))
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__["_by"] = None
+
+
+def _statement_texts(sql: str, stmts) -> list:
+    """The source text of each parsed statement: from its position to the next one's (``;`` dropped)."""
+    starts = [0] + [i + 1 for i, ch in enumerate(sql) if ch == "\n"]
+
+    def off(st):
+        pos = getattr(st, "pos", None)
+        if not pos or pos[0] is None or not 1 <= pos[0] <= len(starts):
+            return None
+        return starts[pos[0] - 1] + (pos[1] or 1) - 1
+    offs = [off(st) for st in stmts]
+    out = []
+    for i, o in enumerate(offs):
+        if o is None:
+            out.append(type(stmts[i]).__name__)
+            continue
+        end = next((x for x in offs[i + 1:] if x is not None and x > o), len(sql))
+        out.append(" ".join(sql[o:end].strip().rstrip(";").split()))
+    return out
+
+
+class _Batch:
+    """What :meth:`Engine.execute` needs to undo its statements exactly: the catalog's and the engine's
+    containers as they were (shallow copies: DDL adds and removes entries, it does not change them),
+    the query-id counter, the declared constraints, the allocator's signature; the queries the batch
+    registered (released as ``deregister`` releases them) and the ones it dropped (released at commit
+    only, so a rollback puts them back untouched)."""
+
+    def __init__(self, eng):
+        from .checkpoint import next_query_id
+        self.eng = eng
+        self.catalog = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(eng.catalog).items()}
+        self.streams, self.tables = dict(eng._streams), dict(eng._tables)
+        self.queries = dict(eng._queries)
+        self.pool = dict(eng._selection_pool)
+        self.next_id = next_query_id(eng)
+        self.n_constraints = len(eng.constraints.items)
+        self.sig = eng.allocator._sig
+        self.registered: list = []
+        self.dropped: list = []
+
+    def commit(self) -> None:
+        for q in self.dropped:
+            self.eng._release(q)
+
+    def rollback(self) -> None:
+        eng = self.eng
+        for q in reversed(self.registered):
+            eng._release(q)
+        for live, saved in ((eng._queries, self.queries), (eng._streams, self.streams),
+                            (eng._tables, self.tables), (eng._selection_pool, self.pool)):
+            live.clear()
+            live.update(saved)
+        vars(eng.catalog).update({k: (dict(v) if isinstance(v, dict) else v) for k, v in self.catalog.items()})
+        del eng.constraints.items[self.n_constraints:]
+        eng._ids = itertools.count(self.next_id)
+        eng._sums_by_stream = None
+        eng._stream_changed(None)
+        eng.allocator._sig = self.sig
+        eng.allocator._tracked_cache = None
+
+def _marks(queries) -> dict:
     """Per query id: (clock, steps, pending input parts): what a dispatch that reached it changes."""
-    return {i: (q.clock, q.steps, sum(map(len, q._pending.values()))) for i, q in queries.items()}
+    return {q.id: (q.clock, q.steps, sum(map(len, q._pending.values()))) for q in queries}
 
 
 def _query_in_traceback(exc: BaseException):
@@ -65,6 +199,7 @@ class Engine:
 
     * ``execute(sql)``: DDL (CREATE STREAM/TABLE/SUMMARY, DROP); a SELECT is
       registered (returns the :class:`Query`); EXPLAIN returns the plan text.
+      Several statements are all or nothing (a failure undoes the earlier ones).
     * ``register(sql) -> Query``; ``deregister(query)``.
     * ``push(name, batch)``: a pandas DataFrame, pyarrow Table or dict of
       arrays, for a stream (must carry the timestamp column) or a table
@@ -79,7 +214,7 @@ class Engine:
         self.seed = int(seed)
         self._streams: dict[str, StreamHandle] = {}
         self._tables: dict[str, Batch] = {}
-        self._queries: dict[int, Query] = {}
+        self._queries: _Queries = _Queries()     # id -> Query, indexed by stream (a push touches its own)
         self._ids = itertools.count(1)
         #: engine-wide resource budgets (None = unlimited); the allocator works within them
         self.budgets = {"memory_bytes": None, "cpu_units_per_s": None}
@@ -98,6 +233,7 @@ class Engine:
         #: the shared indexes' feed, in lockstep with the PT joins that probe them (engine.index_feed)
         self.index_feed = IndexFeed()
         self._explaining = False
+        self._batch: Optional[_Batch] = None   # the statements execute() is running (undone on failure)
         #: the global operator scheduler (None while ``scheduler`` is ``inline``)
         self.scheduler = None
         self.controls = ControlTables(self)
@@ -106,12 +242,40 @@ class Engine:
         #: the resource allocator (sketchql.engine.allocator_runtime.EngineAllocator)
         self.allocator = self._precision.allocator
 
+    def __setstate__(self, state: dict):
+        q = state.get("_queries")
+        if q is not None and not isinstance(q, _Queries):   # a checkpoint written before the index
+            state["_queries"] = _Queries(q)
+        self.__dict__.update(state)
+
     # -- DDL ----------------------------------------------------------------
     def execute(self, sql: str):
-        """Run one or more statements; returns the last statement's result."""
+        """Run one or more statements, all or nothing; returns the last statement's result.
+
+        The statements run in order, each against the catalog the earlier ones left; if one fails,
+        the earlier ones are rolled back (:class:`_Batch`) and the error -- its class, position and
+        token kept -- names the failing statement (``statement_index``, 0-based; ``statement``: its
+        text) and says that nothing was applied (``applied_statements`` = 0)."""
+        stmts = parse(sql)
+        texts = _statement_texts(sql, stmts)
+        batch = self._batch = _Batch(self)
         res = None
-        for stmt in parse(sql):
-            res = self._execute_stmt(stmt, sql)
+        try:
+            for i, stmt in enumerate(stmts):
+                try:
+                    res = self._execute_stmt(stmt, sql)
+                except Exception as e:
+                    batch.rollback()
+                    if not isinstance(e, SketchQLError):
+                        raise                   # (a bug: undone all the same, reported as it is)
+                    e.statement_index, e.statement, e.applied_statements = i, texts[i], 0
+                    if len(stmts) > 1 and e.args and isinstance(e.args[0], str):
+                        e.args = (f"{e.args[0]} [statement {i + 1} of {len(stmts)}: {texts[i]!r}; nothing was "
+                                  f"applied: the {i} before it were rolled back]",) + e.args[1:]
+                    raise
+            batch.commit()
+        finally:
+            self._batch = None
         return res
 
     def _execute_stmt(self, s, sql):
@@ -165,7 +329,8 @@ class Engine:
             self._tables[name.lower()] = Batch({c: np.empty(0, dtype=numpy_dtype(k)) for c, k in cols.items()},
                                               ts=np.empty(0))
         else:
-            self._streams[name.lower()] = StreamHandle(schema, self.seed)
+            h = self._streams[name.lower()] = StreamHandle(schema, self.seed)
+            self._stream_changed(h)
         return None
 
     def _create_summary(self, s: A.CreateSummary):
@@ -187,6 +352,7 @@ class Engine:
         decl = SummaryDecl(s.name, rel.name, attrs, s.granularity, int(s.rate), int(s.depth))
         decl.index = _build_indexes(decl)
         self.catalog.add_summary(decl, s.pos)
+        self._sums_by_stream = None
         return None
 
     def _drop(self, s: A.Drop):
@@ -200,7 +366,11 @@ class Engine:
                 if s.if_exists:
                     return None
                 raise SketchQLSemanticError(f"unknown query {s.name!r}", *s.pos)
-            self.sharing.detach(self._queries.pop(qid))
+            q = self._queries.pop(qid)
+            if self.__dict__.get("_batch") is not None:
+                self._batch.dropped.append(q)       # released at commit (a rollback puts it back as it was)
+            else:
+                self._release(q)
             return None
         if s.kind in ("stream", "table"):
             users = [q.id for q in self._queries.values()
@@ -208,8 +378,10 @@ class Engine:
             if users:
                 raise SketchQLSemanticError(f"cannot drop {s.kind} {s.name!r}: queries {users} read it", *s.pos)
         dropped = self.catalog.drop(s.kind, s.name, s.if_exists, s.pos)
+        self._sums_by_stream = None
         if dropped is not None and s.kind in ("stream", "table"):
             (self._tables if s.kind == "table" else self._streams).pop(s.name.lower(), None)
+            self._stream_changed(None)
         return None
 
     # -- queries --------------------------------------------------------------
@@ -290,7 +462,10 @@ class Engine:
         except SketchQLError:
             self._queries.pop(qid, None)
             self.index_feed.detach(query)
+            self.sharing.detach(query)         # (attached above: a refused query shares nothing)
             raise
+        if self.__dict__.get("_batch") is not None:
+            self._batch.registered.append(query)
         # a query over streams that already have a clock starts there (no past data is replayed)
         clocks = [self._streams[s.schema.name.lower()].clock for s in plan.bound.streams]
         if clocks and all(np.isfinite(c) for c in clocks):
@@ -359,6 +534,7 @@ class Engine:
         h = self._streams.get(stream.lower())
         decl = declare_auto(self.catalog, h.schema if h is not None else self.catalog.get(stream), col, window,
                             self.seed, like=best)
+        self._sums_by_stream = None
         return decl.index[decl.attrs[0]]
 
     def _on_query_failed(self, query: Query) -> None:
@@ -369,8 +545,13 @@ class Engine:
 
     def deregister(self, query: Query):
         if self._queries.pop(query.id, None) is not None:
-            self.sharing.detach(query)
-            self.index_feed.detach(query)
+            self._release(query)
+
+    def _release(self, query: Query) -> None:
+        """A query no longer registered (deregister, DROP QUERY): its shared window stores and
+        operators and its shared indexes' lockstep feed stop waiting for it."""
+        self.sharing.detach(query)
+        self.index_feed.detach(query)
 
     @property
     def queries(self) -> list:
@@ -481,9 +662,10 @@ class Engine:
         self._dispatch(h, None)
         self._after_input()
         self._heartbeat_budget(h, gap)
-        self._slack_timeouts(exclude=h)
+        if self._any_timeout:                  # (else it would walk every stream to release nothing)
+            self._slack_timeouts(exclude=h)
         if advanced:
-            for decl in self.catalog.summaries_on(h.name):
+            for decl in self._summaries_on(h.name):
                 self.index_feed.advance(decl, ts)
         self.index_feed.settle()
 
@@ -525,7 +707,7 @@ class Engine:
         b = self._precision.on_input(h, b)     # audits see the raw batch; then sampling / shedding
         first_row = h.tuples_kept
         h.tuples_kept += len(b)
-        for decl in self.catalog.summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
+        for decl in self._summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
             self.index_feed.accept(decl, b, first_row)
         # the clock follows the batch as pushed: tuples sampled or shed away still say time passed
         # (a slack's release goes in at the time of its last tuple; the clock moves on to the
@@ -538,10 +720,38 @@ class Engine:
         self._after_input()
         self.index_feed.settle()
 
+    def _stream_epoch_ref(self) -> list:
+        """``[n]``, shared by the engine and its stream handles: bumped when a stream is created or
+        dropped and by every ``StreamHandle.set_knob`` (an engine restored from an older checkpoint
+        hands it out on first use)."""
+        ep = self.__dict__.get("_stream_epoch")
+        if ep is None:
+            ep = self._stream_epoch = [0]
+            for x in self._streams.values():
+                x._epoch = ep
+        return ep
+
+    def _stream_changed(self, h) -> None:
+        ep = self._stream_epoch_ref()
+        if h is not None:
+            h._epoch = ep
+        ep[0] += 1
+
+    def _summaries_on(self, name: str):
+        """``catalog.summaries_on(name)`` from a per-stream index (the catalog filters every summary);
+        rebuilt after the engine changes the catalog's summaries (``_sums_by_stream = None``)."""
+        by = self.__dict__.get("_sums_by_stream")
+        if by is None:
+            by = {}
+            for d in self.catalog.summaries:
+                by.setdefault(d.stream.lower(), []).append(d)
+            self._sums_by_stream = by
+        return by.get(name.lower(), ())
+
     def _dispatch_guarded(self, h: StreamHandle, b: Optional[Batch], rows=None) -> None:
         """:meth:`_dispatch`, with an error raised inside one query failing that query only
         (:meth:`_finish_dispatch`)."""
-        marks = _marks(self._queries)
+        marks = _marks(self._queries.on_stream(h.name.lower()))     # the queries _dispatch may reach
         try:
             self._dispatch(h, b, rows)
         except Exception as exc:               # one query's plan raised: it fails, the others get the batch
@@ -561,13 +771,11 @@ class Engine:
             raise exc
         _fail_query(culprit, exc, marks.get(culprit.id))
         key = h.name.lower()
-        for q in list(self._queries.values()):
-            if not q.active or _marks({q.id: q})[q.id] != marks.get(q.id):
+        for q in self._queries.on_stream(key):
+            if not q.active or _marks((q,))[q.id] != marks.get(q.id):
                 continue                       # inactive, failed, or already fed by the dispatch
             by_stream = q.stream_sources()
-            srcs = by_stream.get(key)
-            if not srcs:
-                continue
+            srcs = by_stream[key]
             before = marks[q.id]
             try:
                 if b is not None:
@@ -581,7 +789,14 @@ class Engine:
 
     @property
     def _any_timeout(self) -> bool:
-        return any(x._knobs.get("slack_timeout") is not None for x in self._streams.values())
+        """Some stream has a ``slack_timeout``; recomputed only when a stream knob was set or a stream
+        created / dropped since (``_stream_epoch``, shared with the handles: StreamHandle.set_knob)."""
+        ep = self._stream_epoch_ref()
+        c = self.__dict__.get("_timeout_cache")
+        if c is None or c[0] != ep[0]:
+            c = self._timeout_cache = (ep[0], any(x._knobs.get("slack_timeout") is not None
+                                                 for x in self._streams.values()))
+        return c[1]
 
     def _slack_timeouts(self, exclude=None) -> None:
         """Release, on every other stream with a ``slack_timeout``, what is older than the engine's
@@ -599,9 +814,8 @@ class Engine:
             rel = x._slack.timeout(w)
             x.clock = max(x.clock, x._slack.watermark)
             if rel is not None and len(rel):
-                for q in self._queries.values():
-                    if any(s.schema.name.lower() == x.name.lower() for s in q.bound.streams):
-                        q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
+                for q in self._queries.on_stream(x.name.lower()):
+                    q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
                 self._push_released(x, rel)
 
     # -- k-constraints -------------------------------------------------------------------
@@ -678,19 +892,18 @@ class Engine:
         if not (gap > 0 and np.isfinite(gap)):
             return
         rate = h.planner_stats().rate
-        for q, n in self._pt_nodes([q for q in self._queries.values() if q.active and any(
-                s.schema.name.lower() == h.name.lower() for s in q.bound.streams)]):
+        for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
             n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
+        """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
+        the least clock of its streams; the other queries are not touched (``_queries.on_stream``)."""
         key = h.name.lower()
-        for q in self._queries.values():
+        for q in self._queries.on_stream(key):
             if not q.active:
                 continue
             by_stream = q.stream_sources()
-            srcs = by_stream.get(key)
-            if not srcs:
-                continue
+            srcs = by_stream[key]
             if b is not None:
                 for s in srcs:
                     q._offer(s.index, b, rows)

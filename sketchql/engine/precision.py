@@ -143,7 +143,29 @@ class QueryPrecision:
         self._base_windows = {i: float(n.params["window"].size)
                               for i, n in range_scans(query.plan).items()}
 
+    # the allocator's signature holds these two: a change bumps the engine's query epoch (Query._touch)
+    @property
+    def pinned_rate(self) -> Optional[float]:
+        return self._pinned_rate
+
+    @pinned_rate.setter
+    def pinned_rate(self, v) -> None:
+        self._pinned_rate = v
+        self.q._touch()
+
+    @property
+    def audit_share(self) -> float:
+        return self._audit_share
+
+    @audit_share.setter
+    def audit_share(self, v) -> None:
+        self._audit_share = v
+        self.q._touch()
+
     def __setstate__(self, state: dict):
+        for k in ("pinned_rate", "audit_share"):   # a checkpoint written before they were properties
+            if k in state:
+                state["_" + k] = state.pop(k)
         # a checkpoint written before the live rows were columnar held them in dicts
         if isinstance(state.get("_live"), dict):
             state["_live"] = RowsByRid.from_dict(state["_live"], state.pop("_relerr", None))
@@ -681,13 +703,12 @@ class PrecisionManager:
             m.add(b.ts)
             self.row_bytes[name] = _row_bytes(b)
         t = float(b.ts[-1]) if len(b) else h.clock
-        for q in self.engine._queries.values():
+        for q in self.engine._queries.on_stream(name):
             qp = getattr(q, "_precision", None)
             if qp is None or qp.kind == "exact" or not q.active:
                 continue
-            for s in q.bound.streams:
-                if s.schema.name.lower() == name:
-                    qp.feed(s.index, b, t)
+            for s in q.stream_sources()[name]:
+                qp.feed(s.index, b, t)
         k = h._knobs
         sr, shr = float(k.get("sample_rate", 1.0)), float(k.get("shed_rate", 0.0) or 0.0)
         if sr >= 1.0 and shr <= 0.0:
@@ -701,7 +722,7 @@ class PrecisionManager:
 
     def _protected_columns(self, name: str) -> list:
         cols = []
-        for q in self.engine._queries.values():
+        for q in self.engine._queries.on_stream(name):
             qp = getattr(q, "_precision", None)
             if qp is None or qp.info is None:
                 continue

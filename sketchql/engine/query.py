@@ -118,6 +118,39 @@ class Query:
         self._shared_sources: set = set()    # sources read from a shared window store (engine.sharing)
         self._sharing_notes: list = []       # what EXPLAIN says is shared
 
+    # -- what the allocator watches ----------------------------------------------
+    # ``weight``, ``active`` and every knob (contract included) are in the allocator's signature
+    # (engine.allocator_runtime): a change bumps the engine's query epoch so that the allocator
+    # recomputes the signature only then, not on every push
+    @property
+    def weight(self) -> float:
+        return self._weight
+
+    @weight.setter
+    def weight(self, v) -> None:
+        self._weight = v
+        self._touch()
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @active.setter
+    def active(self, v) -> None:
+        self._active = v
+        self._touch()
+
+    def _touch(self) -> None:
+        eng = self.__dict__.get("_engine")
+        if eng is not None:
+            eng._queries.epoch += 1
+
+    def __setstate__(self, state: dict):
+        for k in ("weight", "active"):          # a checkpoint written before they were properties
+            if k in state:
+                state["_" + k] = state.pop(k)
+        self.__dict__.update(state)
+
     # -- feeding ------------------------------------------------------------
     def stream_sources(self) -> dict:
         """Stream name (lower case) -> this query's sources reading that stream; built once (a query's
@@ -469,6 +502,7 @@ class Query:
 
     def set_knob(self, name: str, value):
         ct = self.bound.contract
+        self._touch()                   # the contract and the knobs are in the allocator's signature
         if name == "active":
             if value and self.failed is not None:
                 raise SketchQLError(f"query {self.id} cannot be activated again: {self.failed}")

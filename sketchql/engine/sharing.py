@@ -654,9 +654,20 @@ class Sharing:
 
     # -- feeding -------------------------------------------------------------------
     def feed(self, stream: str, b: Batch) -> None:
+        # the stores of the stream, from an index by stream (stores are only ever added: their
+        # number versions it), so a push does not walk every query's store
+        by = self.__dict__.get("_stores_by_stream")
+        if by is None or by[0] != len(self.stores):
+            d: dict = {}
+            for st in self.stores.values():
+                d.setdefault(st.stream.lower(), []).append(st)
+            by = self._stores_by_stream = (len(self.stores), d)
+        sts = by[1].get(stream.lower())
+        if not sts:
+            return
         b = without_pi(b)       # exact scans only: one schema whether or not the stream sheds
-        for st in self.stores.values():
-            if st.stream.lower() == stream.lower() and st.consumers:
+        for st in sts:
+            if st.consumers:
                 st.feed(b)
 
     # -- introspection ----------------------------------------------------------------

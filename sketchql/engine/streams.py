@@ -125,6 +125,9 @@ class StreamHandle:
         self._knobs[name] = v
         if name in self.SYNONYMS:
             self._knobs[self.SYNONYMS[name]] = v
+        ep = self.__dict__.get("_epoch")          # the engine's stream epoch (Engine._any_timeout)
+        if ep is not None:
+            ep[0] += 1
 
     def __setstate__(self, state: dict) -> None:
         """Restore from a checkpoint.  One written while ``allowed_lateness`` was a knob of its own

@@ -422,6 +422,19 @@ def _empty_batch():
 def _window_of(plan: Plan, join: PlanNode) -> float:
     q = plan.bound.query
     if q.window is not None:
+        # a FROM item without a window took the WINDOW clause's; one with its own must agree with it
+        # (the join runs on one window: a [RANGE 5] beside WINDOW 8 SECONDS used to run on 8 silently)
+        for c in join.children:
+            w = c.params.get("window") if c.kind == "scan" else None
+            same = (w is not None and w.kind == "range" and float(w.size) == float(q.window)
+                    and getattr(w, "slide", None) in (None, 0, w.size))
+            if not same:
+                what = f"a {w.kind} window" if w is not None and w.kind != "range" else \
+                    f"[RANGE {float(w.size):g}{'' if getattr(w, 'slide', None) in (None, 0, w.size) else f' SLIDE {w.slide:g}'}]" \
+                    if w is not None else "no plain window"
+                raise _err(f"{_SUPPORTED}: the WINDOW clause says {float(q.window):g} s but "
+                           f"{c.params.get('alias', 'a FROM item')} has {what}; give the window once, "
+                           f"in FROM or in WINDOW", plan)
         return float(q.window)
     sizes = set()
     for c in join.children:

@@ -287,13 +287,15 @@ def expr_type(e: A.Expr, ctx: str, sources: list, catalog: Catalog) -> str:
         if src.is_table:
             raise _err(f"SUMMARY.Estimate.Count needs a stream column; {src.alias} is a table", e.pos)
         # no CREATE SUMMARY on the column: the engine declares one (``_auto_<stream>_<col>``, sized for
-        # the query's window) the first time a query needs it, as for WITH PREFERENCE desc S.col --
-        # on the key types the promising-tuple operators index (INT, BOOLEAN)
-        if not catalog.summaries_on(src.schema.name, e.column.cname) and \
-                src.schema.columns.get(e.column.cname) not in ("int", "bool"):
-            raise _err(f"no summary on {src.schema.name}({e.column.cname}), and the engine declares one only "
-                       f"for INT or BOOLEAN columns; declare one with CREATE SUMMARY ... ON {src.schema.name} "
-                       f"({e.column.cname}) ...", e.column.pos)
+        # the query's window) the first time a query needs it, as for WITH PREFERENCE desc S.col.  The
+        # promising-tuple operators index INT and BOOLEAN keys only, with or without a declared summary
+        # (this used to advise CREATE SUMMARY on a DOUBLE column, whose query then failed anyway)
+        kind = src.schema.columns.get(e.column.cname)
+        if kind not in ("int", "bool"):
+            shown = {"float": "DOUBLE", "str": "VARCHAR"}.get(kind, str(kind).upper())
+            raise _err(f"SUMMARY.Estimate.Count in a PREFERENCE needs an INT or BOOLEAN column (the "
+                       f"promising-tuple operators index those); {src.schema.name}.{e.column.cname} is {shown}: "
+                       f"drop the PREFERENCE clause to evaluate the query exactly", e.column.pos)
         del b
         return "float"
     raise _err(f"unsupported expression {e}", getattr(e, "pos", None))  # pragma: no cover

@@ -209,19 +209,21 @@ class ServiceState:
                 if any(type(x).__name__ == "Drop" for x in stmts[:applied]):
                     gcpolicy.release()          # a dropped stream / summary may hold reference cycles
         self.wait_durable(seq)
-        if err is not None:
+        if err is not None:                     # nothing applied: the engine's message names the statement
             api = from_exception(err)
-            if applied:
-                api.message += f" (statement {applied + 1} of {len(stmts)} failed; the {applied} before it " \
-                               f"were applied and stay)"
-                api.fields["applied_statements"] = applied
+            api.fields["applied_statements"] = 0
+            if getattr(err, "statement_index", None) is not None:
+                api.fields["failed_statement"] = int(err.statement_index) + 1
             raise api
         return {"ok": True, "statements": len(stmts), "created": created, "dropped": dropped}
 
     def _apply_ddl(self, stmts, sql, n=None):
-        """Apply the first ``n`` (all) statements one by one: ``(applied, error or None)``."""
+        """Apply the statements: ``(applied, error or None)``.  All of them (``n`` None or all): through
+        ``Engine.execute``, all or nothing (0 applied on an error).  The first ``n`` of them: one by one --
+        only the replay of log records written before DDL was atomic (which logged a failed batch's
+        applied prefix) asks for that."""
         run = getattr(self.engine, "_execute_stmt", None)
-        if run is None:                        # an engine without per-statement execution: all or error
+        if run is None or n is None or n >= len(stmts):
             try:
                 self.engine.execute(sql)
                 return len(stmts), None

@@ -197,6 +197,9 @@ class Aggregate(Operator):
             elif a.func == "avg":
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out.append(np.where(ns[k] > 0, ss[k] / np.maximum(ns[k], 1), np.nan))
+            elif a.func == "count_distinct":     # a count: 0 (not NULL) over an empty window, an integer
+                v = np.asarray(hol_vals[k], np.float64)
+                out.append(np.where(np.isnan(v), 0.0, v).astype(np.int64))
             else:
                 out.append(hol_vals[k])
         return out

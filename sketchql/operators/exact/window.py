@@ -223,7 +223,9 @@ class WindowScan(Operator):
         self._work += len(self._ts)
         valid = self._start < self._end
         plus = valid & ~self._shown & (self._start <= now)
-        minus = valid & (self._end <= now) & (self._shown | plus)
+        # a row already shown whose lifetime became empty (a ROWS row pushed out by younger rows
+        # of its own timestamp, in a later push) is retracted at that time too
+        minus = (self._end <= now) & (self._shown | plus)
         ip, im = np.flatnonzero(plus), np.flatnonzero(minus)
         # (at, sign) order: retractions first, then a stable sort on the time (the order of
         # np.lexsort((sign, at))); the rows are gathered once, already in that order
