@@ -25,7 +25,7 @@ def _to_columns(data, where: str) -> dict:
     if mod.startswith("pyarrow"):
         if not hasattr(data, "schema"):
             raise BatchError(f"{where}: give a pyarrow Table or RecordBatch, got {type(data).__name__}")
-        return {str(n): data.column(i).to_numpy(zero_copy_only=False) for i, n in enumerate(data.schema.names)}
+        return {str(n): _arrow_numpy(data.column(i)) for i, n in enumerate(data.schema.names)}
     if isinstance(data, dict):
         out = {}
         for k, v in data.items():
@@ -38,6 +38,17 @@ def _to_columns(data, where: str) -> dict:
         return out
     raise BatchError(f"{where}: cannot read a batch from {type(data).__name__}; give a pandas DataFrame, "
                      f"a pyarrow Table or a dict of arrays")
+
+
+def _arrow_numpy(col) -> np.ndarray:
+    """An Arrow column as numpy; with nulls, an object array holding None there (Arrow turns a null
+    of a numeric column into NaN, which an INT column would report as the number nan)."""
+    a = col.to_numpy(zero_copy_only=False)
+    if col.null_count and a.dtype.kind != "O":
+        import pyarrow.compute as pc
+        a = a.astype(object)
+        a[pc.is_null(col).to_numpy(zero_copy_only=False)] = None
+    return a
 
 
 def _show(x) -> str:
@@ -83,6 +94,9 @@ def _float_to_int(col: str, a: np.ndarray, where: str) -> np.ndarray:
     r = int(np.flatnonzero(outside | (a != np.round(a)))[0])
     if outside[r] and np.isfinite(a[r]):
         raise _too_big(where, col, r, a[r])
+    if np.isnan(a[r]):       # pandas' missing value in a float column, or NaN itself
+        raise BatchError(f"{where}: column {col!r} is INT but row {r} holds nan (NULL / missing): an INT "
+                         f"column takes no nulls")
     raise BatchError(f"{where}: column {col!r} is INT but row {r} holds {_show(a[r])}")
 
 
@@ -154,7 +168,7 @@ def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
         if kind == "int":
             if isnull.any():
                 r = int(np.flatnonzero(isnull)[0])
-                raise BatchError(f"{where}: column {col!r} is INT but row {r} is NULL")
+                raise BatchError(f"{where}: column {col!r} is INT but row {r} is NULL: an INT column takes no nulls")
             return _object_to_int(col, a, num, where)
         return num
     if kind == "str":

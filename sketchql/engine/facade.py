@@ -161,6 +161,38 @@ class _Batch:
         eng.allocator._sig = self.sig
         eng.allocator._tracked_cache = None
 
+def _marks(queries) -> dict:
+    """Per query id: (clock, steps, pending input parts): what a dispatch that reached it changes."""
+    return {q.id: (q.clock, q.steps, sum(map(len, q._pending.values()))) for q in queries}
+
+
+def _query_in_traceback(exc: BaseException):
+    """The innermost :class:`Query` whose ``_advance`` / ``_offer`` is on ``exc``'s traceback, or None."""
+    import traceback
+    codes = (Query._advance.__code__, Query._offer.__code__)
+    found = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code in codes and isinstance(frame.f_locals.get("self"), Query):
+            found = frame.f_locals["self"]
+    return found
+
+
+class _PlanError(SketchQLError):
+    """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
+    rows = cap = None
+
+
+def _fail_query(q: Query, exc: Exception, mark) -> None:
+    """Fail ``q`` for ``exc`` raised in its step (see :meth:`Engine._finish_dispatch`)."""
+    import traceback
+    before = mark[0] if mark is not None else q.clock
+    now = q.clock
+    what = f"{type(exc).__name__} in its plan: {exc}"
+    q._fail(now, _PlanError(what), before)
+    q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
+                f"the other queries went on (register it again to continue)")
+    q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
 
 class Engine:
     """Streams, tables, summaries and continuous queries in one process.
@@ -538,8 +570,10 @@ class Engine:
 
         ``clock``: judge lateness against this clock instead of the stream's (a caller holding batches
         it has accepted but not pushed yet, like the service's apply queue, passes the clock the stream
-        will have by then).  A stream whose input goes through a slack buffer (:meth:`input_buffered`)
-        is checked for columns and types only: whether its tuples are late depends on the buffer."""
+        will have by then).  A stream whose input goes through a slack buffer (:meth:`input_buffered`;
+        a ``slack`` -- alias ``allowed_lateness`` -- above 0) is checked for columns and types only:
+        whether its tuples are late depends on the buffer.  Otherwise a tuple older than the clock is
+        refused: the operators cannot take it (they are all at the clock already)."""
         key = str(name).lower()
         if key in self._tables:
             return _validate(self.catalog.get(name), batch, -np.inf, 0.0)
@@ -548,7 +582,7 @@ class Engine:
             clock = -np.inf
         elif clock is None:
             clock = h.clock
-        return _validate(h.schema, batch, clock, h._knobs["allowed_lateness"])
+        return _validate(h.schema, batch, clock, 0.0)
 
     def input_buffered(self, name: str) -> bool:
         """True when stream ``name`` takes its input through a slack buffer (out-of-order input): what a
@@ -558,6 +592,13 @@ class Engine:
 
     def push(self, name: str, batch, validated: bool = False) -> None:
         """Append a batch to a stream (or a table); validates it fully before accepting anything.
+
+        A refused batch (:class:`BatchError`, :class:`LateTupleError` without a slack) changes nothing.
+        A stream with a ``slack`` (alias ``allowed_lateness``) takes the batch into its buffer and
+        applies what the buffer releases, in timestamp order; tuples later than the slack follow
+        ``late_policy`` (with 'error' the push raises *after* applying the rest; the error's
+        ``accepted`` counts those tuples).  An error raised inside one query's step fails that query
+        (:meth:`_finish_dispatch`); the batch reaches every other query.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
@@ -583,14 +624,23 @@ class Engine:
         except SketchQLError:
             h.rejected_batches += 1
             raise
-        if self.input_buffered(name):
-            b = self._through_slack(h, b)      # buffered; the tuples the slack releases, in ts order
+        late_error = None
+        if self.input_buffered(name):      # buffered; the tuples the slack releases, in ts order
+            b, late_error = self._through_slack(h, b)
         h.batches += 1
         self._accept(h, b)
+        if h._slack is not None and h._slack.watermark > h.clock:
+            # nothing older than the watermark can come: the stream's time moves on to it, as at a
+            # heartbeat (expirations up to it are reported; a join waiting for this stream advances)
+            h.clock = h._slack.watermark
+            self._dispatch_guarded(h, None)
+            self.index_feed.settle()
         self._after_input()
         self._precision.after_push(h)
         if self._any_timeout:
             self._slack_timeouts(exclude=h)
+        if late_error is not None:          # late_policy 'error': raised once the rest is applied
+            raise late_error
 
     def heartbeat(self, name: str, ts: float) -> None:
         """No tuple of ``name`` older than ``ts`` will come: advance time, report expirations."""
@@ -620,24 +670,29 @@ class Engine:
         self.index_feed.settle()
 
     # -- out-of-order input (sketchql.engine.ordering) -----------------------------------
-    def _through_slack(self, h: StreamHandle, b: Batch) -> Batch:
+    def _through_slack(self, h: StreamHandle, b: Batch) -> tuple:
+        """``(the tuples the slack buffer releases now, in ts order; the LateTupleError to raise or
+        None)``: with ``late_policy`` 'error' the push raises only after applying what was released,
+        which is out of the buffer already (raising here lost it)."""
         from .ordering import SlackBuffer
         if h._slack is None:
             h._slack = SlackBuffer(h._knobs["slack"])
             h._slack.watermark = h.clock
         h._slack.slack = float(h._knobs["slack"])
         released, late = h._slack.offer(b)
+        err = None
         if late is not None and len(late):
             h._note_late(late)
-            if h._knobs.get("late_policy") == "error":
+            if h._knobs.get("late_policy") == "error":     # raised by push after the release is applied
                 from ..errors import LateTupleError
-                raise LateTupleError(
+                err = LateTupleError(
                     f"stream {h.name}: {len(late)} tuple(s) later than the slack of {h._slack.slack:g} s "
                     f"(oldest ts {float(late.ts.min()):g} <= released watermark {h._slack.watermark:g}); "
                     f"the other tuples of the batch were accepted")
+                err.accepted = len(b) - len(late)       # > 0: the batch is applied in part (not refused)
         if released is None:
-            return b.take(np.zeros(0, np.int64))
-        return released
+            return b.take(np.zeros(0, np.int64)), err
+        return released, err
 
     def _push_released(self, h: StreamHandle, b: Batch) -> None:
         """Tuples a heartbeat or a timeout released: through the normal path (no re-validation)."""
@@ -655,13 +710,13 @@ class Engine:
         for decl in self._summaries_on(h.name):     # PT joins' indexes: in lockstep (index_feed)
             self.index_feed.accept(decl, b, first_row)
         # the clock follows the batch as pushed: tuples sampled or shed away still say time passed
+        # (a slack's release goes in at the time of its last tuple; the clock moves on to the
+        # watermark after it, in push or heartbeat, so each tuple reaches the operators at its own time)
         h.clock = max(h.clock, last_ts)
-        if h._slack is not None:                # nothing older than the watermark reaches the queries
-            h.clock = max(h.clock, h._slack.watermark)
         if self.constraints.items and len(b):
             self.constraints.observe(h.name, b.columns)
         self.sharing.feed(h.name, b)
-        self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
+        self._dispatch_guarded(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
         self.index_feed.settle()
 
@@ -692,6 +747,45 @@ class Engine:
                 by.setdefault(d.stream.lower(), []).append(d)
             self._sums_by_stream = by
         return by.get(name.lower(), ())
+
+    def _dispatch_guarded(self, h: StreamHandle, b: Optional[Batch], rows=None) -> None:
+        """:meth:`_dispatch`, with an error raised inside one query failing that query only
+        (:meth:`_finish_dispatch`)."""
+        marks = _marks(self._queries.on_stream(h.name.lower()))     # the queries _dispatch may reach
+        try:
+            self._dispatch(h, b, rows)
+        except Exception as exc:               # one query's plan raised: it fails, the others get the batch
+            self._finish_dispatch(h, b, rows, marks, exc)
+
+    def _finish_dispatch(self, h: StreamHandle, b: Optional[Batch], rows, marks: dict, exc: Exception) -> None:
+        """:meth:`_dispatch` raised ``exc`` from inside one query (an operator's step): that query
+        fails (state 'failed', :attr:`Query.failed` names the error, results up to its previous step
+        readable, no longer fed -- as one over ``max_rows_per_step``) and every other active query
+        reading ``h`` that the dispatch had not reached yet gets the batch, so the push is applied to
+        all live queries and the next push works.  A query was reached iff its clock, step count or
+        pending input changed (``marks``, taken before); re-offering to an unreached one is the
+        dispatch's own step (offer to each source, advance to the minimum clock of its streams).
+        An error raised outside every query (no :class:`Query` frame in its traceback) propagates."""
+        culprit = _query_in_traceback(exc)
+        if culprit is None or culprit.failed is not None:
+            raise exc
+        _fail_query(culprit, exc, marks.get(culprit.id))
+        key = h.name.lower()
+        for q in self._queries.on_stream(key):
+            if not q.active or _marks((q,))[q.id] != marks.get(q.id):
+                continue                       # inactive, failed, or already fed by the dispatch
+            by_stream = q.stream_sources()
+            srcs = by_stream[key]
+            before = marks[q.id]
+            try:
+                if b is not None:
+                    for src in srcs:
+                        q._offer(src.index, b, rows)
+                target = min(self._streams[n].clock for n in by_stream)
+                if np.isfinite(target):
+                    q._advance(target)
+            except Exception as e:             # noqa: BLE001 -- same contract for every query
+                _fail_query(q, e, before)
 
     @property
     def _any_timeout(self) -> bool:

@@ -15,9 +15,22 @@ class StreamHandle:
     """A declared stream: its clock, counters, statistics for the planner and knobs.
 
     Knobs (``knobs()`` / ``set_knob``): ``sample_rate`` (Bernoulli sampling
-    of every pushed batch, seeded; 1.0 = keep all) and ``allowed_lateness``
-    (seconds a tuple may be older than the clock; 0).
+    of every pushed batch, seeded; 1.0 = keep all), load shedding, and the
+    out-of-order knobs ``slack`` / ``slack_timeout`` / ``late_policy``
+    (:mod:`sketchql.engine.ordering`).
+
+    ``allowed_lateness`` is a second name of ``slack`` (one value; writing
+    either sets both): a tuple up to that many seconds older than the newest
+    one is held back in the slack buffer and released in timestamp order, so
+    every query and index sees the stream in time order.  The operators cannot
+    take a tuple older than their clock, so admitting one directly (what the
+    knob did before) broke the queries reading the stream; an engine restored
+    from a checkpoint written then gets ``slack = max(slack, allowed_lateness)``
+    (:meth:`__setstate__`).
     """
+
+    #: knobs that are one value under two names (``name -> the name it shares a value with``)
+    SYNONYMS = {"allowed_lateness": "slack", "slack": "allowed_lateness"}
 
     def __init__(self, schema: Schema, seed: int = 0):
         self.schema = schema
@@ -48,8 +61,10 @@ class StreamHandle:
                                 "(seeded); 1 keeps all",
                             effect={"memory": 1, "cpu": 1, "precision": 1}),
         "allowed_lateness": Knob("allowed_lateness", 0.0, "float", lo=0.0,
-                                 doc="seconds a tuple may be older than the stream clock and still be accepted",
-                                 effect={"memory": 0, "cpu": 0, "precision": 1}),
+                                 doc="the slack under another name (one value: setting either sets both): "
+                                     "tuples up to this many seconds older than the newest are buffered and "
+                                     "released in timestamp order; later ones follow late_policy",
+                                 effect={"memory": 1, "cpu": 0, "precision": 1}),
         # load shedding at the input queue (applied by sketchql.engine.precision; see sketchql.approx.sampling)
         "shed_rate": Knob("shed_rate", 0.0, "float", lo=0.0, hi=1.0, hi_open=True,
                           doc="share of pushed tuples dropped at the input (seeded; outliers of approximate "
@@ -62,7 +77,7 @@ class StreamHandle:
         # out-of-order input (sketchql.engine.ordering)
         "slack": Knob("slack", 0.0, "float", lo=0.0,
                       doc="seconds tuples may arrive out of order: they are buffered and released in "
-                          "timestamp order when the slack or a heartbeat allows",
+                          "timestamp order when the slack or a heartbeat allows (also named allowed_lateness)",
                       effect={"memory": 1, "cpu": 0, "precision": 1}),
         "slack_timeout": Knob("slack_timeout", None, "float", lo=0.0, nullable=True,
                               doc="release buffered tuples once the engine's data clock is this many seconds "
@@ -106,10 +121,24 @@ class StreamHandle:
     COLUMN_KNOBS = ("shed_key",)
 
     def set_knob(self, name: str, value):
-        self._knobs[name] = self.knob_spec(name).coerce(value, where=f"stream {self.name}")
+        v = self.knob_spec(name).coerce(value, where=f"stream {self.name}")
+        self._knobs[name] = v
+        if name in self.SYNONYMS:
+            self._knobs[self.SYNONYMS[name]] = v
         ep = self.__dict__.get("_epoch")          # the engine's stream epoch (Engine._any_timeout)
         if ep is not None:
             ep[0] += 1
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore from a checkpoint.  One written while ``allowed_lateness`` was a knob of its own
+        (admitting late tuples straight to the operators) holds it apart from ``slack``: both become
+        ``max(slack, allowed_lateness)``, so the tuples it admitted are admitted still, through the
+        slack buffer (from the stream's clock on: nothing older than that can reach the queries)."""
+        self.__dict__.update(state)
+        k = self.__dict__.get("_knobs")
+        if isinstance(k, dict) and "slack" in k:
+            v = max(float(k.get("slack") or 0.0), float(k.get("allowed_lateness") or 0.0))
+            k["slack"] = k["allowed_lateness"] = v
 
     def control_table(self) -> ControlTable:
         st = self.stats()
