@@ -14,7 +14,8 @@ class UnsupportedOperation(SketchQLError, TypeError):
 
 
 class LateTupleError(SketchQLError, ValueError):
-    """Tuples older than the stream clock minus the allowed lateness."""
+    """Tuples older than the stream clock (a stream without a slack), or later than the slack with
+    ``late_policy`` 'error': either way the batch is refused whole, nothing of it applied."""
 
 
 class SketchQLSyntaxError(SketchQLError, ValueError):

@@ -100,10 +100,13 @@ def test_later_than_slack_counted_reported_not_dropped_silently():
     eng.heartbeat("S", 10.0)
     assert sorted(q.snapshot()["v"].tolist()) == [1.0, 2.5, 3.0, 4.5, 5.0]
     eng.controls.set("stream", "S", "late_policy", "error")
-    with pytest.raises(LateTupleError, match="later than the slack"):
+    before = eng.stream("S").stats()
+    with pytest.raises(LateTupleError, match="later than the slack.*nothing of the batch was applied"):
         eng.push("S", {"ts": [9.0, 12.0], "v": [9.0, 12.0]})
+    after = eng.stream("S").stats()
+    assert after["slack_late_beyond_slack"] == before["slack_late_beyond_slack"]   # refused, not logged late
     eng.heartbeat("S", 20.0)
-    assert 12.0 in q.snapshot()["v"].tolist()                                   # the rest was accepted
+    assert 12.0 not in q.snapshot()["v"].tolist()                     # refused whole: nothing applied
 
 
 def test_timeout_releases_and_marks_results_possibly_imprecise():

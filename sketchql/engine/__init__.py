@@ -22,9 +22,12 @@ reads (a join cannot move past a stream that may still deliver older
 tuples); tuples beyond that are buffered inside the query.  Every operator is
 stepped to the same time, so expirations are reported when they happen (W3),
 not when the next tuple arrives.  A tuple older than its stream's clock is
-rejected with :class:`~sketchql.errors.LateTupleError` (unless the stream's
-``allowed_lateness`` knob admits it... it is 0 by default: data must arrive in
-event-time order per stream; a batch may be unsorted internally).
+rejected with :class:`~sketchql.errors.LateTupleError`, nothing of its batch
+applied (data must arrive in event-time order per stream; a batch may be
+unsorted internally).  A stream that arrives out of order sets a ``slack``
+(``SLACK n SECONDS``, or the knob ``slack`` / its other name ``allowed_lateness``):
+its tuples are held back and released in timestamp order, the stream's clock
+trailing its newest tuple by the slack (:mod:`sketchql.engine.ordering`).
 
 Results: a query's answer is a change stream (+1 / −1 rows with the time
 ``at`` of the change).  ``query.changes()`` returns it (the retained part:

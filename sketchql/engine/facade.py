@@ -596,8 +596,7 @@ class Engine:
         A refused batch (:class:`BatchError`, :class:`LateTupleError` without a slack) changes nothing.
         A stream with a ``slack`` (alias ``allowed_lateness``) takes the batch into its buffer and
         applies what the buffer releases, in timestamp order; tuples later than the slack follow
-        ``late_policy`` (with 'error' the push raises *after* applying the rest; the error's
-        ``accepted`` counts those tuples).  An error raised inside one query's step fails that query
+        ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).  An error raised inside one query's step fails that query
         (:meth:`_finish_dispatch`); the batch reaches every other query.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
@@ -659,7 +658,7 @@ class Engine:
             h.clock = ts
         # the queries first consume what they still buffer (a PT join probes the shared index
         # for it), then the index moves on (and may drop history older than its declaration)
-        self._dispatch(h, None)
+        self._dispatch_guarded(h, None)
         self._after_input()
         self._heartbeat_budget(h, gap)
         if self._any_timeout:                  # (else it would walk every stream to release nothing)
@@ -672,24 +671,28 @@ class Engine:
     # -- out-of-order input (sketchql.engine.ordering) -----------------------------------
     def _through_slack(self, h: StreamHandle, b: Batch) -> tuple:
         """``(the tuples the slack buffer releases now, in ts order; the LateTupleError to raise or
-        None)``: with ``late_policy`` 'error' the push raises only after applying what was released,
-        which is out of the buffer already (raising here lost it)."""
+        None)``; with ``late_policy`` 'error' a batch holding a tuple later than the slack raises here,
+        refused whole before the buffer changes (the error is then always None)."""
         from .ordering import SlackBuffer
         if h._slack is None:
             h._slack = SlackBuffer(h._knobs["slack"])
             h._slack.watermark = h.clock
         h._slack.slack = float(h._knobs["slack"])
+        if h._knobs.get("late_policy") == "error" and len(b):
+            # 'error': a batch with a tuple later than the slack is refused whole, before the buffer
+            # changes (a 4xx over HTTP must leave nothing applied, and a replay must agree)
+            old = b.ts <= h._slack.watermark
+            if old.any():
+                from ..errors import LateTupleError
+                h.rejected_batches += 1
+                raise LateTupleError(
+                    f"stream {h.name}: {int(old.sum())} tuple(s) later than the slack of {h._slack.slack:g} s "
+                    f"(oldest ts {float(b.ts[old].min()):g} <= released watermark {h._slack.watermark:g}, "
+                    f"row {int(np.flatnonzero(old)[0])}); nothing of the batch was applied")
         released, late = h._slack.offer(b)
         err = None
         if late is not None and len(late):
             h._note_late(late)
-            if h._knobs.get("late_policy") == "error":     # raised by push after the release is applied
-                from ..errors import LateTupleError
-                err = LateTupleError(
-                    f"stream {h.name}: {len(late)} tuple(s) later than the slack of {h._slack.slack:g} s "
-                    f"(oldest ts {float(late.ts.min()):g} <= released watermark {h._slack.watermark:g}); "
-                    f"the other tuples of the batch were accepted")
-                err.accepted = len(b) - len(late)       # > 0: the batch is applied in part (not refused)
         if released is None:
             return b.take(np.zeros(0, np.int64)), err
         return released, err
@@ -812,11 +815,13 @@ class Engine:
             if x._slack.oldest() > w:
                 continue
             rel = x._slack.timeout(w)
-            x.clock = max(x.clock, x._slack.watermark)
             if rel is not None and len(rel):
                 for q in self._queries.on_stream(x.name.lower()):
                     q._mark_imprecise(x.name, float(rel.ts.min()), "slack timeout")
-                self._push_released(x, rel)
+                self._push_released(x, rel)          # at the time of its tuples, then on to w
+            if x._slack.watermark > x.clock:
+                x.clock = x._slack.watermark
+                self._dispatch_guarded(x, None)
 
     # -- k-constraints -------------------------------------------------------------------
     def declare_constraint(self, kind: str, stream: str, attr: str, k: int, parent=None):

@@ -18,7 +18,8 @@ A tuple older than the watermark already released (later than the slack) is
 never dropped silently: it is counted (``late_beyond_slack``) and kept in the
 stream's late log (``stream.late_tuples()``, the newest ``late_log`` rows), or
 the push raises :class:`~sketchql.errors.LateTupleError` when the stream's
-``late_policy`` is ``error``.
+``late_policy`` is ``error`` -- then the whole batch is refused, nothing of
+it applied.
 
 Released tuples go through the normal path (indexes, queries) in timestamp
 order, so the results over a stream shuffled within its slack equal those over

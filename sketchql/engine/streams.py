@@ -85,7 +85,8 @@ class StreamHandle:
                               effect={"memory": 1, "cpu": 0, "precision": 1}),
         "late_policy": Knob("late_policy", "report", "choice", choices=("report", "error"),
                             doc="tuples later than the slack: counted and kept in the late log (report) or "
-                                "the push raises LateTupleError (error); never dropped silently",
+                                "the push raises LateTupleError and refuses the whole batch (error); never "
+                                "dropped silently",
                             effect={}),
     }
 
