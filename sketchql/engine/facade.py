@@ -161,29 +161,13 @@ class _Batch:
         eng.allocator._sig = self.sig
         eng.allocator._tracked_cache = None
 
-def _marks(queries) -> dict:
-    """Per query id: (clock, steps, pending input parts): what a dispatch that reached it changes."""
-    return {q.id: (q.clock, q.steps, sum(map(len, q._pending.values()))) for q in queries}
-
-
-def _query_in_traceback(exc: BaseException):
-    """The innermost :class:`Query` whose ``_advance`` / ``_offer`` is on ``exc``'s traceback, or None."""
-    import traceback
-    codes = (Query._advance.__code__, Query._offer.__code__)
-    found = None
-    for frame, _ in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code in codes and isinstance(frame.f_locals.get("self"), Query):
-            found = frame.f_locals["self"]
-    return found
-
-
 class _PlanError(SketchQLError):
     """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
     rows = cap = None
 
 
 def _fail_query(q: Query, exc: Exception, mark) -> None:
-    """Fail ``q`` for ``exc`` raised in its step (see :meth:`Engine._finish_dispatch`)."""
+    """Fail ``q`` for ``exc`` raised in its step (see :meth:`Engine._dispatch_guarded`)."""
     import traceback
     before = mark[0] if mark is not None else q.clock
     now = q.clock
@@ -597,7 +581,7 @@ class Engine:
         A stream with a ``slack`` (alias ``allowed_lateness``) takes the batch into its buffer and
         applies what the buffer releases, in timestamp order; tuples later than the slack follow
         ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).  An error raised inside one query's step fails that query
-        (:meth:`_finish_dispatch`); the batch reaches every other query.
+        (:meth:`_dispatch_guarded`); the batch reaches every other query.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
@@ -623,9 +607,8 @@ class Engine:
         except SketchQLError:
             h.rejected_batches += 1
             raise
-        late_error = None
         if self.input_buffered(name):      # buffered; the tuples the slack releases, in ts order
-            b, late_error = self._through_slack(h, b)
+            b = self._through_slack(h, b)
         h.batches += 1
         self._accept(h, b)
         if h._slack is not None and h._slack.watermark > h.clock:
@@ -638,8 +621,6 @@ class Engine:
         self._precision.after_push(h)
         if self._any_timeout:
             self._slack_timeouts(exclude=h)
-        if late_error is not None:          # late_policy 'error': raised once the rest is applied
-            raise late_error
 
     def heartbeat(self, name: str, ts: float) -> None:
         """No tuple of ``name`` older than ``ts`` will come: advance time, report expirations."""
@@ -669,10 +650,9 @@ class Engine:
         self.index_feed.settle()
 
     # -- out-of-order input (sketchql.engine.ordering) -----------------------------------
-    def _through_slack(self, h: StreamHandle, b: Batch) -> tuple:
-        """``(the tuples the slack buffer releases now, in ts order; the LateTupleError to raise or
-        None)``; with ``late_policy`` 'error' a batch holding a tuple later than the slack raises here,
-        refused whole before the buffer changes (the error is then always None)."""
+    def _through_slack(self, h: StreamHandle, b: Batch) -> Batch:
+        """The tuples the slack buffer releases now, in ts order; with ``late_policy`` 'error' a batch
+        holding a tuple later than the slack raises here, refused whole before the buffer changes."""
         from .ordering import SlackBuffer
         if h._slack is None:
             h._slack = SlackBuffer(h._knobs["slack"])
@@ -690,12 +670,11 @@ class Engine:
                     f"(oldest ts {float(b.ts[old].min()):g} <= released watermark {h._slack.watermark:g}, "
                     f"row {int(np.flatnonzero(old)[0])}); nothing of the batch was applied")
         released, late = h._slack.offer(b)
-        err = None
         if late is not None and len(late):
             h._note_late(late)
         if released is None:
-            return b.take(np.zeros(0, np.int64)), err
-        return released, err
+            return b.take(np.zeros(0, np.int64))
+        return released
 
     def _push_released(self, h: StreamHandle, b: Batch) -> None:
         """Tuples a heartbeat or a timeout released: through the normal path (no re-validation)."""
@@ -752,43 +731,13 @@ class Engine:
         return by.get(name.lower(), ())
 
     def _dispatch_guarded(self, h: StreamHandle, b: Optional[Batch], rows=None) -> None:
-        """:meth:`_dispatch`, with an error raised inside one query failing that query only
-        (:meth:`_finish_dispatch`)."""
-        marks = _marks(self._queries.on_stream(h.name.lower()))     # the queries _dispatch may reach
-        try:
-            self._dispatch(h, b, rows)
-        except Exception as exc:               # one query's plan raised: it fails, the others get the batch
-            self._finish_dispatch(h, b, rows, marks, exc)
-
-    def _finish_dispatch(self, h: StreamHandle, b: Optional[Batch], rows, marks: dict, exc: Exception) -> None:
-        """:meth:`_dispatch` raised ``exc`` from inside one query (an operator's step): that query
-        fails (state 'failed', :attr:`Query.failed` names the error, results up to its previous step
-        readable, no longer fed -- as one over ``max_rows_per_step``) and every other active query
-        reading ``h`` that the dispatch had not reached yet gets the batch, so the push is applied to
-        all live queries and the next push works.  A query was reached iff its clock, step count or
-        pending input changed (``marks``, taken before); re-offering to an unreached one is the
-        dispatch's own step (offer to each source, advance to the minimum clock of its streams).
-        An error raised outside every query (no :class:`Query` frame in its traceback) propagates."""
-        culprit = _query_in_traceback(exc)
-        if culprit is None or culprit.failed is not None:
-            raise exc
-        _fail_query(culprit, exc, marks.get(culprit.id))
-        key = h.name.lower()
-        for q in self._queries.on_stream(key):
-            if not q.active or _marks((q,))[q.id] != marks.get(q.id):
-                continue                       # inactive, failed, or already fed by the dispatch
-            by_stream = q.stream_sources()
-            srcs = by_stream[key]
-            before = marks[q.id]
-            try:
-                if b is not None:
-                    for src in srcs:
-                        q._offer(src.index, b, rows)
-                target = min(self._streams[n].clock for n in by_stream)
-                if np.isfinite(target):
-                    q._advance(target)
-            except Exception as e:             # noqa: BLE001 -- same contract for every query
-                _fail_query(q, e, before)
+        """:meth:`_dispatch`, with an error raised while one query is stepped failing that query only:
+        state 'failed', :attr:`Query.failed` names the error, its results up to its previous step stay
+        readable, it is no longer fed (as one over ``max_rows_per_step``), and every other query
+        reading ``h`` still gets the batch, so the next push works.  The error is charged to the
+        registered query being dispatched, whatever raised it inside (its plan, a shared operator,
+        its precision wrapper or audit shadow)."""
+        self._dispatch(h, b, rows, guarded=True)
 
     @property
     def _any_timeout(self) -> bool:
@@ -900,21 +849,33 @@ class Engine:
         for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
             n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
-    def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
+    def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None, guarded: bool = False):
         """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
-        the least clock of its streams; the other queries are not touched (``_queries.on_stream``)."""
+        the least clock of its streams; the other queries are not touched (``_queries.on_stream``).
+        ``guarded``: see :meth:`_dispatch_guarded`."""
         key = h.name.lower()
         for q in self._queries.on_stream(key):
             if not q.active:
                 continue
-            by_stream = q.stream_sources()
-            srcs = by_stream[key]
-            if b is not None:
-                for s in srcs:
-                    q._offer(s.index, b, rows)
-            target = min(self._streams[n].clock for n in by_stream)
-            if np.isfinite(target):
-                q._advance(target)
+            if not guarded:
+                self._step_query(q, key, b, rows)
+                continue
+            before = q.clock
+            try:
+                self._step_query(q, key, b, rows)
+            except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
+                if q.failed is not None:       # failed inside already (e.g. over max_rows_per_step): as before
+                    raise
+                _fail_query(q, exc, (before,))
+
+    def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
+        by_stream = q.stream_sources()
+        if b is not None:
+            for s in by_stream[key]:
+                q._offer(s.index, b, rows)
+        target = min(self._streams[n].clock for n in by_stream)
+        if np.isfinite(target):
+            q._advance(target)
 
     # -- control table --------------------------------------------------------------
     #: the engine's knobs (see :mod:`sketchql.control`)

@@ -328,7 +328,7 @@ class SharedOperator:
         self._fresh: set = set()           # consumers that have not read a step yet
         self._last = None                  # (now, output) of the last step computed
         self._owners: dict = {}            # consumer id -> its query (for the row cap)
-        self._broken = None                # the StepRowLimit that stopped a step half-way
+        self._broken = None                # the StepRowLimit (or error) that stopped a step half-way
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -372,14 +372,20 @@ class SharedOperator:
                 raise SketchQLError(f"shared operator: a consumer asks for the step at {now:g} but the shared "
                                     f"queue holds {t:g} next (queries sharing a subplan must advance together)")
         else:
-            if self._broken is not None:       # a refused step leaves the operator half-stepped: every
-                b = self._broken                # consumer fails at it, as the first one did
-                raise StepRowLimit(b.rows, b.cap, b.what)
+            if self._broken is not None:       # a refused or failed step leaves the operator half-stepped:
+                b = self._broken                # every consumer fails at it, as the first one did
+                if isinstance(b, StepRowLimit):
+                    raise StepRowLimit(b.rows, b.cap, b.what)
+                raise SketchQLError(str(b))
             try:
                 with row_cap(self._cap()):
                     out = self.op.step(now, *inputs)
             except StepRowLimit as e:
                 self._broken = e
+                raise
+            except Exception as e:             # noqa: BLE001 -- any error: stepping it again would be wrong
+                self._broken = SketchQLError(f"shared operator {type(self.op).__name__} failed at t={now:g} "
+                                             f"({type(e).__name__}: {e}); every query sharing it fails")
                 raise
             self.queue.append((now, out))
             self._last = (now, out)
