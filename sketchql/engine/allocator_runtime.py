@@ -567,9 +567,9 @@ class EngineAllocator:
         ub = self.user_budget(qp)
         notes = []
         if ub:
-            notes.append(f"budget {x[1]:.3g} probes per tuple: WITHIN {ub:g} is a lower bound (kept)"
+            notes.append(f"budget {x[1]:.3g} probes per tuple: WITHIN {ub:g} (probes) is a lower bound (kept)"
                          if x[1] <= ub * (1 + 1e-9) else
-                         f"budget raised from WITHIN {ub:g} to {x[1]:.3g} probes per tuple")
+                         f"budget raised from WITHIN {ub:g} to {x[1]:.3g} probes per tuple (a lower bound)")
         notes.append(f"sample_rate {x[0]:.3g} keeps {100 * s:.3g} % of the input tuples and "
                      f"{100 * g:.3g} % of the join pairs (universe sampling on the join key: "
                      + ("shares measured from the hash of the recent keys)" if m.pair_cdf is not None
