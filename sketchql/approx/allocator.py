@@ -16,7 +16,9 @@ objective with two coupling constraints and 1 or 2 knobs per query:
    by Lagrangian decomposition: for multipliers ``(λ, μ)`` each query
    independently maximizes ``w P − λ M − μ C`` over its grid, and the
    multipliers are bisected / searched until the budgets hold (the dual
-   optimum, exact on the convex hull of each query's frontier);
+   optimum, exact on the convex hull of each query's frontier), then improved
+   by coordinate ascent on the grid (:func:`_ascend`: the dual leaves budget
+   unused between hull vertices, e.g. for identical queries);
 2. the best grid point is polished by ``scipy.optimize.minimize`` (SLSQP)
    in the continuous space; the polish is kept only if feasible and better;
 3. the simple allocations that lie in the same feasible set -- a uniform
@@ -218,8 +220,40 @@ def _lagrange(grids, vals, w, M, C):
             if _fits(np.array(mem), np.array(cpu), M, C):
                 f = float(sum(w[q] * vals[q][0][c] for q, c in enumerate(ch)))
                 if best is None or f > best[1]:
-                    best = ([grids[q][c] for q, c in enumerate(ch)], f)
-    return best
+                    best = (list(ch), f)
+    if best is None:
+        return None
+    ch = _ascend(vals, w, M, C, best[0])
+    f = float(sum(w[q] * vals[q][0][c] for q, c in enumerate(ch)))
+    return [grids[q][c] for q, c in enumerate(ch)], f
+
+
+def _ascend(vals, w, M, C, ch, rounds: int = 4):
+    """Coordinate ascent on the grid from a feasible choice: each query in turn takes its best grid
+    point with the others fixed (what the budgets leave).  The dual optimum lies on the convex hull
+    of the frontiers; with identical queries it jumps between hull vertices and leaves budget unused
+    (all three PT joins of the audit at budget 20 where one more step fitted); this closes that gap.
+    Never lowers the objective."""
+    ch = list(ch)
+    mem = sum(vals[q][1][c] for q, c in enumerate(ch))
+    cpu = sum(vals[q][2][c] for q, c in enumerate(ch))
+    for _ in range(rounds):
+        moved = False
+        for q, (P, Mm, Cc) in enumerate(vals):
+            c = ch[q]
+            ok = _fits(mem - Mm[c] + Mm, cpu - Cc[c] + Cc, M, C)
+            if not ok.any():
+                continue
+            score = np.where(ok, w[q] * P, -np.inf)
+            j = int(np.argmax(score))
+            if score[j] > w[q] * P[c] + 1e-12:
+                mem += Mm[j] - Mm[c]
+                cpu += Cc[j] - Cc[c]
+                ch[q] = j
+                moved = True
+        if not moved:
+            break
+    return ch
 
 
 def _polish(models, w, M, C, lower, x0, f0):

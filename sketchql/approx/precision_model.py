@@ -29,7 +29,8 @@ Precision propagates bottom-up (:func:`propagate`, the (FP, FN) calculus of
 ``FN = 1 − p``; select / project keep their input's; a join's recall is the
 product of its inputs' recalls times its own (a promising-tuple join on a
 budget ``b`` per tuple: ``r(b) = 1 − exp(−b / b₀)``; inputs universe-sampled on
-the join key at rate ``p``: recall ``p``, not ``p²``); an aggregate over an
+the join key at rate ``p``: recall ``p`` in expectation, not ``p²`` -- and, for the one hash
+in use, the measured share of pairs it keeps, :class:`JoinRecallModel`); an aggregate over an
 input of recall ``π`` has the relative error above with ``p = π``.
 
 ``c`` (aggregates) and ``b₀`` (joins) are *calibrated from measurements*:
@@ -227,9 +228,33 @@ class AggregateModel(QueryModel):
 class JoinRecallModel(QueryModel):
     """Promising-tuple join: knobs (input sampling rate p, budget b per tuple).
 
-    recall = p^e · (1 − exp(−b / b₀)); memory = p · memory_full; cpu = p · rate_in · (1 + b);
-    ``e = 1`` when both inputs are universe-sampled on the join key with one hash (a kept key
-    keeps all its pairs), 2 for independent sampling of the two inputs.
+    recall = g(p) · (1 − exp(−b / b₀)); memory = s(p) · memory_full;
+    cpu = s(p) · rate_in · (1 + min(b, units_cap)).
+
+    ``g(p)`` is the share of the join pairs and ``s(p)`` the share of the input tuples that the
+    input sampling keeps.  Without measurements ``s(p) = p`` and ``g(p) = p^e`` (``e = 1`` when both
+    inputs are universe-sampled on the join key with one hash -- a kept key keeps all its pairs --,
+    2 for independent sampling).  Those are expectations over the hash function; for *one* hash and
+    a skewed key they are far off (a heavy key is all in or all out: with 200 Zipf keys, rate 0.095
+    kept 2.4 % of the tuples and 0.08 % of the pairs).  So, when the samplers measured the recent rows
+    per hash bin (``n₁ⱼ``, ``n₂ⱼ``: :meth:`sketchql.approx.sampling.Sampler.key_bins`), the model
+    uses the realized shares of the current hash: ``s(p) = Σ_{j<pB} (n₁ⱼ + n₂ⱼ) / Σ (n₁ⱼ + n₂ⱼ)``
+    and ``g(p) = Σ_{j<pB} n₁ⱼ n₂ⱼ / Σ n₁ⱼ n₂ⱼ`` (pairs of a bin = product of its two sides' rows:
+    exact for keys alone in their bin), linear inside a bin (``tuple_cdf`` / ``pair_cdf``: the
+    cumulative shares at the ``B + 1`` bin edges).
+
+    The measured ``g`` is a step function whose flat stretches are estimates (often 0 at low rates
+    after a few seconds of keys): ``TILT · s(p)`` (1e-6) is added to ``g`` so that among rates with
+    the same measured pair share the allocator lets in the most tuples that fit -- the join sees
+    more keys and its budget is used -- instead of choosing the lowest rate.
+
+    ``units_cap`` (measured by the engine at rate ``cap_rate``): a join whose kept keys have fewer
+    candidate partners than its budget does not spend the budget; it costs
+    ``s(p) · rate_in · (1 + min(b, cap(p)))``, the cap scaled by the partners per kept tuple,
+    ``cap(p) = cap · (g(p) / s(p)) / (g(p₀) / s(p₀))`` (a rate that lets a heavy key in raises it).
+
+    ``b_min`` is the user's ``WITHIN b PROBES PER TUPLE``: a lower bound of the budget knob (the
+    allocator may raise it, never lower it); the rate is traded instead.
     """
 
     rate_in: float = 1.0
@@ -238,24 +263,74 @@ class JoinRecallModel(QueryModel):
     b_max: float = 1000.0
     observations: list = field(default_factory=list)
     exponent: float = 1.0
+    b_min: float = 1.0
+    tuple_cdf: Optional[np.ndarray] = None
+    pair_cdf: Optional[np.ndarray] = None
+    units_cap: Optional[float] = None
+    cap_rate: Optional[float] = None
 
     dims = 2
     names = ("sample_rate", "budget")
+    TILT = 1e-6
 
     def bounds(self):
-        return [(P_MIN, 1.0), (1.0, self.b_max)]
+        lo = float(min(max(self.b_min, 1.0), self.b_max))
+        return [(P_MIN, 1.0), (lo, self.b_max)]
 
     def recall_budget(self, b):
         return 1.0 - np.exp(-np.asarray(b, np.float64) / max(self.b0, 1e-9))
 
+    def shares(self, p):
+        """(pair share g(p), tuple share s(p)) kept by input sampling at rate ``p`` (class doc)."""
+        p = np.clip(np.asarray(p, np.float64), P_MIN, 1.0)
+        if self.pair_cdf is None or self.tuple_cdf is None:
+            return p ** self.exponent, p
+        edges = np.linspace(0.0, 1.0, len(self.pair_cdf))
+        t = np.interp(p, edges, self.tuple_cdf)
+        return np.interp(p, edges, self.pair_cdf) + self.TILT * t, t
+
     def evaluate(self, x):
-        p, b = float(np.clip(x[0], P_MIN, 1.0)), float(max(x[1], 0.0))
-        return float(p ** self.exponent * self.recall_budget(b)), p * self.memory_full, p * self.rate_in * (1.0 + b)
+        b = float(max(x[1], 0.0))
+        g, s = self.shares(float(x[0]))
+        return float(g * self.recall_budget(b)), float(s * self.memory_full), float(s * self.rate_in * (1.0 + self._spent(b, x[0])))
 
     def evaluate_grid(self, grid):
-        g = np.asarray(grid, np.float64)
-        p, b = np.clip(g[:, 0], P_MIN, 1.0), np.maximum(g[:, 1], 0.0)
-        return p ** self.exponent * self.recall_budget(b), p * self.memory_full, p * self.rate_in * (1.0 + b)
+        g_ = np.asarray(grid, np.float64)
+        b = np.maximum(g_[:, 1], 0.0)
+        g, s = self.shares(g_[:, 0])
+        return g * self.recall_budget(b), s * self.memory_full, s * self.rate_in * (1.0 + self._spent(b, g_[:, 0]))
+
+    def _spent(self, b, p):
+        """Units a tuple really costs at budget ``b`` and rate ``p`` (class doc)."""
+        if self.units_cap is None:
+            return b
+        cap = self.units_cap
+        if self.cap_rate is not None and self.pair_cdf is not None:
+            cap = cap * self._partners(p) / max(self._partners(self.cap_rate), 1e-12)
+        return np.minimum(b, cap)
+
+    def _partners(self, p):
+        """Candidate partners per kept tuple, up to a constant: pair share / tuple share at ``p``."""
+        edges = np.linspace(0.0, 1.0, len(self.pair_cdf))
+        p = np.clip(np.asarray(p, np.float64), P_MIN, 1.0)
+        return np.interp(p, edges, self.pair_cdf) / np.maximum(np.interp(p, edges, self.tuple_cdf), 1e-12)
+
+    @staticmethod
+    def cdfs(bins: Sequence[np.ndarray]) -> Optional[tuple]:
+        """(tuple_cdf, pair_cdf) from the two inputs' per-bin row counts (one array: a self-join,
+        pairs ``n²``); None when there are no rows or no pairs."""
+        bins = [np.asarray(x, np.float64) for x in bins if x is not None]
+        if not bins or len({len(x) for x in bins}) != 1:
+            return None
+        n1 = bins[0]
+        n2 = bins[1] if len(bins) > 1 else bins[0]
+        rows = n1 + (n2 if len(bins) > 1 else 0.0)
+        pairs = n1 * n2
+        if rows.sum() <= 0 or pairs.sum() <= 0:
+            return None
+        tc = np.concatenate([[0.0], np.cumsum(rows) / rows.sum()])
+        pc = np.concatenate([[0.0], np.cumsum(pairs) / pairs.sum()])
+        return tc, pc
 
     def calibrate(self, budget: float, recall_given_input: float):
         """Add a (budget, recall of the join on its sampled input) observation and refit b₀."""

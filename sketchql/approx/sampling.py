@@ -137,6 +137,12 @@ class Sampler:
     """
 
     window_scale = 1.0        # class default: samplers checkpointed before window reduction existed
+    #: universe mode: count the arriving rows per hash bin (:meth:`key_bins`); off by default
+    track_keys = False
+    key_bins_horizon = 10.0   # data seconds: the counts decay as exp(-age / horizon)
+    KEY_BINS = 16384
+    _bins = None
+    _bins_t = -np.inf
 
     def __init__(self, rate: float = 1.0, mode: str = "bernoulli", key: Optional[str] = None,
                  outlier_columns: Sequence[str] = (), outlier_share: float = 0.01, seed: int = 0,
@@ -187,7 +193,11 @@ class Sampler:
         cols = dict(b.columns)
         pi_in = np.asarray(cols.pop(PI_COLUMN), np.float64) if PI_COLUMN in cols else np.ones(n)
         pi = np.full(n, self.rate)
-        if self.rate >= 1.0:
+        if self.mode == "universe" and self.track_keys and n:
+            h = hash64(np.asarray(cols[self.key]), self.hash_seed, where="universe sampling key")
+            self._count_bins(h, float(b.ts[-1]))
+            mask = None if self.rate >= 1.0 else h.astype(np.float64) < self.rate * _TWO64
+        elif self.rate >= 1.0:
             mask = None
         elif self.mode == "universe":
             mask = universe_keep(cols[self.key], self.rate, self.hash_seed)
@@ -219,6 +229,22 @@ class Sampler:
             out = out.take(mask)
         self.rows_kept += len(out)
         return out, mask
+
+    def _count_bins(self, h: np.ndarray, t: float):
+        B = self.KEY_BINS
+        if self._bins is None:
+            self._bins = np.zeros(B)
+        elif np.isfinite(self._bins_t) and t > self._bins_t:
+            self._bins *= np.exp(-(t - self._bins_t) / max(self.key_bins_horizon, 1e-9))
+        self._bins_t = max(t, self._bins_t)
+        self._bins += np.bincount((h >> np.uint64(64 - int(np.log2(B)))).astype(np.int64), minlength=B)
+
+    def key_bins(self) -> Optional[np.ndarray]:
+        """Universe mode with ``track_keys``: recent rows per hash bin (bin ``j`` holds the keys with
+        ``hash / 2⁶⁴`` in ``[j / B, (j + 1) / B)``; decayed over ``key_bins_horizon``), so the rows
+        -- and, combined with the other input's bins, the join pairs -- that rate ``p`` keeps are
+        the bins below ``p``: ``Σ_{j < pB} n_j``.  None before any row."""
+        return None if self._bins is None else self._bins.copy()
 
     def set_mode(self, mode: str):
         """Switch between bernoulli, reservoir and varopt (universe sampling is fixed by the plan)."""

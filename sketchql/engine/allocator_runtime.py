@@ -24,15 +24,30 @@ precise at the query's memory, by at least 10 % in error).
   contracts as lower bounds when they fit, reported infeasible otherwise).
   Without budgets every approximate query gets exactly what its contract
   needs (static approximation).
+* **promising-tuple joins** (:class:`~sketchql.approx.precision_model.JoinRecallModel`): the
+  knobs are the input sampling rate (universe sampling on the join key) and the probe budget per
+  tuple.  The user's ``WITHIN b`` (in probes) is the budget's lower bound -- raised, never lowered
+  (a ``budget`` set by hand becomes the new floor); under a tight CPU budget the rate goes down
+  instead.  The model uses the shares of tuples and pairs the current hash keeps, measured from
+  the recent keys (:meth:`~sketchql.approx.sampling.Sampler.key_bins`), not their expectation
+  ``p`` (on a skewed key they differ by 10-100x), and the units a join really spends per tuple
+  (:meth:`EngineAllocator._units_cap`: a join with few partners per kept key does not spend its
+  budget).  Deliberate trade-off: its audit shadow is charged ``2 × audit_share`` of the exact
+  join's CPU, time-averaged, also while no audit runs.  ``decision()["per_query"][id]`` says
+  what the plan did to the contract and why (``within_probes``, ``tuple_share``, ``pair_share``,
+  ``notes``).
 * **re-planning**: at once when a query is added / removed / reweighted /
   (de)activated, when a contract, an audit share or a budget changes and when statistics
   first become available; when a stream's measured rate moves by more than
   ``rate_factor`` (1.5×) or a query's group statistics (number of groups, mean
-  error factor, estimated window rows) move by more than 50 %,
+  error factor, estimated window rows) move by more than 50 %, when the tuples a PT join's
+  rate lets in move by 25 % or the pairs it keeps by 2×, or a PT join spends 25 % more per
+  tuple than planned,
   at most once per ``min_gap`` (half a window) of data time, and applied only
   if it improves the predicted weighted precision by ``hysteresis`` (1 % of
-  the total weight) or the current knobs no longer fit the budgets (no
-  flapping).
+  the total weight; 1 % of the current value when the current knobs leave more than half of
+  a budget unused that the new plan uses) or the current knobs no longer fit the budgets (no
+  flapping).  A kept plan's predictions are refreshed from the new measurements.
 
 >>> from sketchql.engine import Engine
 >>> eng = Engine()
@@ -73,6 +88,7 @@ class EngineAllocator:
         self._sig = None
         self._rates_at_plan: dict = {}
         self._stats_at_plan: dict = {}
+        self._shares_at_plan: dict = {}
         self._last_plan_t = -math.inf
         self._has_stats = False
         self._decision = {"t": None, "reason": "not planned yet", "memory_bytes": None,
@@ -159,9 +175,84 @@ class EngineAllocator:
             if rate <= 0:
                 return None
             old = qp.model if isinstance(qp.model, JoinRecallModel) else None
+            cd = JoinRecallModel.cdfs([smp.key_bins() for smp in qp.samplers.values()
+                                       if smp.mode == "universe" and smp.track_keys])
+            ub = self.user_budget(qp)
             return JoinRecallModel(rate_in=rate, memory_full=mem, b0=old.b0 if old else 50.0,
-                                   observations=list(old.observations) if old else [])
+                                   observations=list(old.observations) if old else [],
+                                   b_min=float(ub) if ub else 1.0, units_cap=self._units_cap(qp),
+                                   cap_rate=qp.sample_rate() or 1.0,
+                                   tuple_cdf=cd[0] if cd else None, pair_cdf=cd[1] if cd else None)
         return None
+
+    @staticmethod
+    def _pt_node(qp):
+        return next((n for n in qp.q.plan.nodes if n.kind == "pt_join"), None)
+
+    @classmethod
+    def _probes_per_unit(cls, qp) -> float:
+        """Probes per unit of the contract's budget: 1 for ``WITHIN b PROBES``; for ``WITHIN b MS``
+        the operator's conversion (its probes per tuple / b)."""
+        ct = qp.q.bound.contract
+        if (ct.budget_unit or "probes") != "ms" or not ct.budget:
+            return 1.0
+        n = cls._pt_node(qp)
+        try:
+            return float(n.op.budget_units()) / float(ct.budget)
+        except (AttributeError, TypeError, ZeroDivisionError):  # pragma: no cover
+            return 1.0
+
+    @classmethod
+    def user_budget(cls, qp) -> Optional[float]:
+        """A promising-tuple join's ``WITHIN b`` (in probes per tuple) as the user wrote it (or set
+        it by hand with the ``budget`` knob): the allocator writes its own budget into the same
+        contract field, so a value that differs from the one it last wrote is the user's."""
+        if qp.kind != "promising":
+            return None
+        cur = qp.q.bound.contract.budget
+        if cur is not None and cur != getattr(qp, "_alloc_budget", None):
+            qp.user_budget = cur * cls._probes_per_unit(qp)
+        return getattr(qp, "user_budget", None)
+
+    def _units_cap(self, qp) -> Optional[float]:
+        """Work units a PT join really spends per arriving tuple when it does not spend its budget
+        (its kept keys have fewer candidate partners than the budget allows), measured from the
+        operator's counters since the last plan (or since registration); None while it spends
+        half of what it is given (then the cap is not measured) or has seen fewer than 20 tuples."""
+        op = getattr(self._pt_node(qp), "op", None)
+        try:
+            now = (int(op.tuples_in), float(op.units_given), float(op.op.stats()["work"]))
+        except (AttributeError, KeyError, TypeError):
+            return None
+        # a join holds its members for two windows: before that it has fewer partners than it will
+        W = qp.window if math.isfinite(qp.window) and qp.window > 0 else 0.0
+        reg = getattr(qp, "registered_at", -math.inf)
+        first = min((self.m.meters[s.schema.name.lower()].first for s in qp.q.bound.streams
+                     if s.schema.name.lower() in self.m.meters
+                     and self.m.meters[s.schema.name.lower()].first is not None), default=None)
+        start = max(first if first is not None else math.inf, reg if np.isfinite(reg) else -math.inf)
+        if not (np.isfinite(qp.q.clock) and qp.q.clock - start >= 2.0 * W):
+            return None
+        mark = getattr(qp, "_pt_mark", None) or (0, 0.0, 0.0)
+        dt, dg, dw = (a - b for a, b in zip(now, mark[:3]))
+        if dt < 20:
+            dt, dg, dw = now
+        if dt < 20 or dw >= 0.5 * dg:
+            return None
+        return max(dw / dt, 1.0)
+
+    def _overspent(self, qp) -> Optional[float]:
+        """Work units per tuple a PT join spent since its plan, when more than 1.25 × planned."""
+        op = getattr(self._pt_node(qp), "op", None)
+        mark = getattr(qp, "_pt_mark", None)
+        planned = (qp.allocated or {}).get("units_per_tuple")
+        if op is None or mark is None or not planned:
+            return None
+        try:
+            dt, dw = int(op.tuples_in) - mark[0], float(op.op.stats()["work"]) - mark[2]
+        except (AttributeError, KeyError, TypeError):
+            return None
+        return dw / dt if dt >= 20 and dw / dt > 1.25 * planned else None
 
     #: fewest sampled rows of a group whose own error factor (its coefficient of variation) is used
     THIN_ROWS = 20
@@ -344,7 +435,8 @@ class EngineAllocator:
         qs = []
         for q in self._queries():
             ct = q.bound.contract
-            qs.append((q.id, float(q.weight), bool(q.active), ct.error, ct.confidence, ct.on_miss, ct.budget,
+            budget = self.user_budget(q._precision) if q._precision.kind == "promising" else ct.budget
+            qs.append((q.id, float(q.weight), bool(q.active), ct.error, ct.confidence, ct.on_miss, budget,
                        ct.exact, q._precision.pinned_rate, float(q._precision.audit_share)))
         b = self.engine.budgets
         return (tuple(sorted(qs)), b.get("memory_bytes"), b.get("cpu_units_per_s"))
@@ -412,14 +504,33 @@ class EngineAllocator:
             cur_mem = sum(m.evaluate(x)[1] for m, x in zip(models, cur))
             cur_cpu = sum(m.evaluate(x)[2] for m, x in zip(models, cur))
             fits = (Mleft is None or cur_mem <= Mleft * 1.02) and (Cleft is None or cur_cpu <= Cleft * 1.02)
-            if fits and new_obj < cur_obj + self.hysteresis * max(sum(weights), 1e-9):
+            # the current knobs leave more than half of a budget unused that the new plan would use:
+            # a relative gain is enough (at tight budgets every precision is far below 1 %)
+            new_mem = sum(m.evaluate(x)[1] for m, x in zip(models, knobs))
+            new_cpu = sum(m.evaluate(x)[2] for m, x in zip(models, knobs))
+            idle = ((Cleft is not None and cur_cpu < 0.5 * min(new_cpu, Cleft)) or
+                    (Mleft is not None and cur_mem < 0.5 * min(new_mem, Mleft)))
+            gain = new_obj > cur_obj * (1 + self.hysteresis) + 1e-12 if idle else \
+                new_obj >= cur_obj + self.hysteresis * max(sum(weights), 1e-9)
+            if fits and not gain:
                 self._decision["last_check"] = {"t": now, "reason": reason, "kept": True}
+                # the knobs stay; their prediction is refreshed from the new measurements
+                for qp, m, x in zip(tunable, models, cur):
+                    prec, mem, cpu = m.evaluate(x)
+                    qp.allocated = {"predicted_precision": prec, "memory": mem, "cpu": cpu}
+                    per = self._decision.get("per_query", {}).get(qp.q.id)
+                    if per is not None:
+                        per.update(predicted_precision=prec, memory=mem, cpu=cpu)
+                        if isinstance(m, JoinRecallModel):
+                            per.update(self._join_notes(qp, m, x))
                 return
         per = {}
         for i, (qp, m, x) in enumerate(zip(tunable, models, knobs)):
             x = self._apply(qp, m, x)
             prec, mem, cpu = m.evaluate(x)
             qp.allocated = {"predicted_precision": prec, "memory": mem, "cpu": cpu}
+            if isinstance(m, JoinRecallModel):
+                qp.allocated["units_per_tuple"] = float(m._spent(float(x[1]), float(x[0])))
             inf = infeasible.get(i)
             if inf is None and qp.contract.error is not None and not self.enabled:
                 inf = None
@@ -433,10 +544,13 @@ class EngineAllocator:
                 kn["sampler"] = m.mode
             per[qp.q.id] = {"weight": weights[i], "knobs": kn, "predicted_precision": prec,
                             "memory": mem, "cpu": cpu, "infeasible": inf}
+            if isinstance(m, JoinRecallModel):
+                per[qp.q.id].update(self._join_notes(qp, m, x))
         self.replans += 1
         self._last_plan_t = now if now is not None else self._last_plan_t
         self._rates_at_plan = {n: mt.rate() for n, mt in self.m.meters.items()}
         self._stats_at_plan = {qp.q.id: self._stat_sig(qp) for qp in tunable}
+        self._shares_at_plan = {qp.q.id: self._join_shares(qp) for qp in tunable if qp.kind == "promising"}
         self._decision = {"t": now, "reason": reason, "memory_bytes": M, "cpu_units_per_s": C,
                           "memory_exact_queries": fixed_mem, "cpu_exact_queries": fixed_cpu,
                           "memory_shadow_plans": shadow_mem, "cpu_shadow_plans": shadow_cpu,
@@ -446,6 +560,25 @@ class EngineAllocator:
                           "per_query": per, "objective": new_obj, "method": method}
         self.history.append({"t": now, "reason": reason, "objective": new_obj})
         self.history = self.history[-200:]
+
+    def _join_notes(self, qp, m, x) -> dict:
+        """What the plan does to a promising-tuple join's contract, and why (for ``decision()``)."""
+        g, s = (float(v) for v in m.shares(x[0]))
+        ub = self.user_budget(qp)
+        notes = []
+        if ub:
+            notes.append(f"budget {x[1]:.3g} probes per tuple: WITHIN {ub:g} (probes) is a lower bound (kept)"
+                         if x[1] <= ub * (1 + 1e-9) else
+                         f"budget raised from WITHIN {ub:g} to {x[1]:.3g} probes per tuple (a lower bound)")
+        notes.append(f"sample_rate {x[0]:.3g} keeps {100 * s:.3g} % of the input tuples and "
+                     f"{100 * g:.3g} % of the join pairs (universe sampling on the join key: "
+                     + ("shares measured from the hash of the recent keys)" if m.pair_cdf is not None
+                        else "no keys measured yet: expected shares, p)"))
+        sh = self.shadow_share(qp)
+        if sh > 0:
+            notes.append(f"its audit shadow (audit_share {qp.audit_share:g}) is charged "
+                         f"{sh:g} x the exact join's memory and CPU, time-averaged")
+        return {"within_probes": ub, "tuple_share": s, "pair_share": g, "notes": notes}
 
     def shadow_share(self, qp) -> float:
         """Time-averaged share of the query's exact state its shadow plan holds: 1 for the warm
@@ -484,7 +617,15 @@ class EngineAllocator:
         for s in qp.samplers.values():
             s.set_rate(p)
         if isinstance(m, JoinRecallModel) and len(x) > 1:
-            qp.q.set_knob("budget", float(max(x[1], 1.0)))
+            b = float(max(x[1], m.bounds()[1][0]))
+            self.user_budget(qp)                     # notice a hand-set budget before overwriting it
+            qp.q.set_knob("budget", b / self._probes_per_unit(qp))      # in the contract's unit
+            qp._alloc_budget = qp.q.bound.contract.budget
+            op = getattr(self._pt_node(qp), "op", None)
+            try:
+                qp._pt_mark = (int(op.tuples_in), float(op.units_given), float(op.op.stats()["work"]))
+            except (AttributeError, KeyError, TypeError):
+                pass
         if isinstance(m, AggregateModel):
             if m.window_ok:
                 sc = float(np.clip(x[1] if len(x) > 1 else 1.0, m.s_min, 1.0))
@@ -496,6 +637,17 @@ class EngineAllocator:
                 for smp in qp.samplers.values():
                     smp.set_mode(m.mode)
         return x
+
+    def _join_shares(self, qp) -> Optional[tuple]:
+        """(tuples/s the current rate lets into the join, pair share it keeps) on the recent keys."""
+        cd = JoinRecallModel.cdfs([smp.key_bins() for smp in qp.samplers.values()
+                                   if smp.mode == "universe" and smp.track_keys])
+        if cd is None:
+            return None
+        m = JoinRecallModel(tuple_cdf=cd[0], pair_cdf=cd[1])
+        g, sh = m.shares(qp.sample_rate() or 1.0)
+        rate = sum(self._stream_rate(s.schema.name) or 0.0 for s in qp.q.bound.streams)
+        return float(sh) * rate, float(g)
 
     def _stat_sig(self, qp):
         if qp.info is None:
@@ -531,6 +683,26 @@ class EngineAllocator:
             if r and (r / r0 > self.rate_factor or r0 / r > self.rate_factor):
                 self._plan(f"rate of {n} changed {r0:.3g} -> {r:.3g} tuples/s", force=False)
                 self._rates_at_plan[n] = r
+                return
+        # a promising join's kept shares of tuples / pairs moved (the keys' frequencies changed)
+        for qp in self._tracked()[1]:
+            if qp.kind != "promising":
+                continue
+            over = self._overspent(qp)
+            if over is not None:
+                self._plan(f"q{qp.q.id} spends {over:.3g} units per tuple, planned "
+                           f"{qp.allocated['units_per_tuple']:.3g}", force=False)
+                return
+            old = getattr(self, "_shares_at_plan", {}).get(qp.q.id)
+            new = self._join_shares(qp)
+            if new is None or new == old:
+                continue
+            # the tuples let in set the CPU and memory (re-plan at 25 %), the pair share the recall
+            if old is None or any(n > f * o or o > f * n for n, o, f in zip(new, old, (1.25, 2.0))):
+                self._plan(f"input of q{qp.q.id} changed: its rate lets in {new[0]:.3g} tuples/s and keeps "
+                           f"{new[1]:.3g} of the pairs" + (f" (planned {old[0]:.3g}, {old[1]:.3g})" if old else ""),
+                           force=False)
+                self._shares_at_plan[qp.q.id] = new
                 return
         for q in self._tracked()[2]:
             qp = q._precision
@@ -569,7 +741,7 @@ class EngineAllocator:
         elif isinstance(m, JoinRecallModel) and r.get("recall") is not None:
             p = qp.sample_rate() or 1.0
             keep = self.m.stream_keep(qp.q)
-            base = p ** m.exponent * keep
+            base = float(m.shares(p)[0]) * keep
             if base > 0:
                 m.calibrate(qp._budget_now(), min(r["recall"] / base, 0.999))
 

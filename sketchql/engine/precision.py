@@ -131,6 +131,8 @@ class QueryPrecision:
         self._mode_since = -math.inf
         self._published: dict = {}           # what the query's relation shows when not in approx mode
         self.model = None
+        self.user_budget = None              # promising: the user's WITHIN b (PROBES) -- a lower bound
+        self._alloc_budget = None            # the budget the allocator last wrote into the contract
         self.allocated: dict = {}
         self.infeasible: Optional[dict] = None
         self.last_audit: Optional[dict] = None
@@ -663,6 +665,12 @@ class PrecisionManager:
         if kind == "promising":
             qp.samplers = {n.source: n.params["sampler"] for n in plan.nodes
                            if n.kind == "scan" and n.params.get("sampler") is not None}
+            # the allocator models the rows / pairs the join-key hash really keeps (JoinRecallModel)
+            for smp in qp.samplers.values():
+                if smp.mode == "universe":
+                    smp.track_keys = True
+                    smp.key_bins_horizon = 6.0 * qp.window if math.isfinite(qp.window) and qp.window > 0 else 60.0
+            qp.user_budget = query.bound.contract.budget      # WITHIN b PROBES: the allocator's floor
         query._precision = qp
         qp.registered_at = query.clock
         qp.install()
