@@ -31,3 +31,23 @@ def test_failed_batch_leaves_nothing_and_restart_agrees(tmp_path):
     with TestClient(create_app(demo=False, data_dir=str(tmp_path), sync=False)) as c:
         assert _names(c) == ["T", "Y", "Z"]
         assert c.post("/streams", json={"sql": "CREATE STREAM X (k INT) TIMESTAMP ts"}).status_code == 201
+
+
+def test_replay_of_an_older_record_loses_only_a_statement_newer_rules_refuse(tmp_path):
+    """A DDL record holds statements that were applied live; one a newer rule refuses (GRANULARITY below
+    the 1 us minimum, accepted before that rule) must not take the rest of the record down on restart
+    (review hU 4: the atomic execute undid the whole record, the stream included)."""
+    from sketchql.service.durability import OpLog
+    from sketchql.service.state import ServiceState
+
+    st = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    st.execute_ddl("CREATE STREAM T (k INT) TIMESTAMP ts")
+    sql = ("CREATE STREAM X (k INT) TIMESTAMP ts; "
+           "CREATE SUMMARY sx ON X (k) WITH GRANULARITY 0.0000001 SECONDS AND COLLAPSE(2, 4)")
+    st.wait_durable(st._log("ddl", {"sql": sql, "n": 2}))      # as an older server logged it
+    st.store.close()
+    again = ServiceState(seed=3, store=OpLog(str(tmp_path), sync=False))
+    info = again.recover()
+    assert len(info["errors"]) == 1 and "GRANULARITY" in info["errors"][0]
+    assert sorted(s.name for s in again.engine.catalog.streams) == ["T", "X"]
+    again.store.close()

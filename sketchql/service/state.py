@@ -218,26 +218,15 @@ class ServiceState:
             raise api
         return {"ok": True, "statements": len(stmts), "created": created, "dropped": dropped}
 
-    def _apply_ddl(self, stmts, sql, n=None):
-        """Apply the statements: ``(applied, error or None)``.  All of them (``n`` None or all): through
-        ``Engine.execute``, all or nothing (0 applied on an error).  The first ``n`` of them: one by one --
-        only the replay of log records written before DDL was atomic (which logged a failed batch's
-        applied prefix) asks for that."""
-        run = getattr(self.engine, "_execute_stmt", None)
-        if run is None or n is None or n >= len(stmts):
-            try:
-                self.engine.execute(sql)
-                return len(stmts), None
-            except SketchQLError as exc:
-                return 0, exc
-        applied = 0
-        for s in stmts[: len(stmts) if n is None else n]:
-            try:
-                run(s, sql)
-            except SketchQLError as exc:
-                return applied, exc
-            applied += 1
-        return applied, None
+    def _apply_ddl(self, stmts, sql):
+        """Apply the statements through ``Engine.execute``, all or nothing: ``(applied, error or None)``
+        (0 applied on an error).  The replay of a logged record goes statement by statement instead
+        (:meth:`apply_op`)."""
+        try:
+            self.engine.execute(sql)
+            return len(stmts), None
+        except SketchQLError as exc:
+            return 0, exc
 
     def describe_stream(self, name: str) -> dict:
         with self.lock:
@@ -1106,9 +1095,19 @@ class ServiceState:
         elif op.kind == "heartbeat":
             self.engine.heartbeat(m["stream"], m["ts"])
         elif op.kind == "ddl":
-            n, err = self._apply_ddl(parse(m["sql"]), m["sql"], m.get("n"))
-            if err is not None:
-                raise err
+            # what the record holds was applied live; replayed one statement at a time, so a statement
+            # refused by rules newer than the record (e.g. a GRANULARITY now below the minimum) loses
+            # only itself, not the whole record (reported in recovery's errors)
+            stmts = parse(m["sql"])
+            n = m.get("n")
+            errs = []
+            for st in stmts[: len(stmts) if n is None else n]:
+                try:
+                    self.engine._execute_stmt(st, m["sql"])
+                except SketchQLError as exc:
+                    errs.append(exc)
+            if errs:
+                raise errs[0]
         elif op.kind == "register":
             set_next_query_id(self.engine, m["id"])
             q = self.engine.register(m["sql"])
