@@ -13,11 +13,17 @@ private index with the same seed and budget.
 
 :class:`IndexFeed` removes that difference: an index with PT-join consumers
 keeps the in-order tuples pushed beyond its consumers' clocks in a *tail*
-(exact tuples: key, ts, stream row) and ingests them just before a consumer
-steps past them (:meth:`IndexFeed.release`, called by the join node with its
-step time), so at every step the index holds exactly the stream up to the
-step time -- the private index's content, ingested in the same order and the
-same per-step chunks.  What is not delayed:
+(exact tuples: key, ts, stream row) and ingests them just before a consumer's
+operator ingests a time chunk reaching them (:meth:`IndexFeed.release`, called
+by :meth:`SharedIndexSource.before_ingest
+<sketchql.operators.promising.shared_source.SharedIndexSource.before_ingest>`
+with the chunk's newest arrival), so at every chunk the index holds exactly
+the stream up to that chunk -- the private index's content, ingested in the
+same order and the same chunks.  (Released up to the step's time before the
+step, a step spanning more than one chunk -- one push of 200 s per stream at a
+10 s window -- had the index expire the partners of its first chunks'
+arrivals: 496 of 768 pairs missed at a budget covering the join.)  What is not
+delayed:
 
 * the index's *value layers* (PT-Selection / PT-Aggregates read them at the
   stream's own clock) are fed at the push, and the tail's later ingest skips
@@ -31,11 +37,17 @@ same per-step chunks.  What is not delayed:
   ingested as before, so the index sees the tuples in push order and rejects
   exactly what it rejected before.
 
-Bounds: the tail spans at most one granularity (``T1``) of the index and
-``max_rows`` tuples; beyond that its oldest tuples are ingested anyway (a
-consumer whose other stream stalls for longer than ``T1`` sees them early,
-as before).  After every push / heartbeat :meth:`IndexFeed.settle` ingests
-what every active consumer has passed (and everything when none is left).
+Bounds: the tail holds at most ``max_rows`` tuples (default 2^20, 24 bytes
+each); beyond that its oldest tuples are ingested anyway (a consumer whose
+other stream stalls for more than ``max_rows`` tuples sees them early and may
+miss pairs near the window's edge, ``stats()["forced_rows"]``).  The join's
+input waits for the stalled stream anyway (a step goes to the smaller clock):
+the tail adds 24 bytes per waiting tuple to the rows the engine holds.  (It
+used to be bounded to one granularity ``T1`` of time too: a stream pushed
+ahead of the other by more than ``T1`` -- one push per stream -- was ingested
+before the join stepped, with the loss above.)  After every push / heartbeat
+:meth:`IndexFeed.settle` ingests what every active consumer has passed (and
+everything when none is left).
 
 When equality with private indexes holds: every PT consumer of the index
 steps to the same times (all join the same two streams, so the same clocks)
@@ -90,8 +102,8 @@ class _Tail:
 class IndexFeed:
     """The engine's feed of its shared indexes (module doc).  One per engine
     (``engine.index_feed``); the facade calls :meth:`accept` for every accepted
-    batch, :meth:`advance` for heartbeats, :meth:`settle` after each; PT join
-    nodes call :meth:`release` before they step."""
+    batch, :meth:`advance` for heartbeats, :meth:`settle` after each; the PT
+    joins' shared sources call :meth:`release` before they ingest a chunk."""
 
     def __init__(self, max_rows: int = 1 << 20):
         self.max_rows = int(max_rows)
@@ -148,7 +160,10 @@ class IndexFeed:
                 lst = self._consumers.setdefault(k, [])
                 if not any(nd is op for _, nd in lst):
                     lst.append((query, op))
-            op.before_step = self.release
+                # released chunk by chunk as the operator ingests (SharedIndexSource.before_ingest),
+                # not up to the step's time before it starts
+                src.feed = self.release
+            op.before_step = None
             n += 1
         return n
 
@@ -212,7 +227,8 @@ class IndexFeed:
 
     # -- release ------------------------------------------------------------------
     def release(self, indexes, now: float) -> None:
-        """Ingest the tail tuples of ``indexes`` with ``ts <= now`` (a consumer steps to ``now``)."""
+        """Ingest the tail tuples of ``indexes`` with ``ts <= now`` (a consumer's operator is about
+        to ingest its arrivals up to ``now``)."""
         for ix in indexes:
             k = id(ix)
             if k in self._tails:
@@ -220,7 +236,7 @@ class IndexFeed:
 
     def settle(self) -> None:
         """Ingest what every active consumer has passed; everything when none is left; and
-        what exceeds the bounds (one granularity of time, ``max_rows`` rows)."""
+        what exceeds the bound (``max_rows`` rows)."""
         for k, tail in self._tails.items():
             if not len(tail) and tail.adv == -np.inf:
                 continue
@@ -228,12 +244,8 @@ class IndexFeed:
             upto = min((float(nd.clock) for nd in live), default=np.inf)
             self._release(k, upto, forced=False)
             _, ts, _ = tail.arrays()
-            if ts.shape[0]:
-                t1 = float(self._index[k].decl.granularity)
-                cut = float(ts[-1]) - t1
-                if ts.shape[0] > self.max_rows:
-                    cut = max(cut, float(ts[ts.shape[0] - self.max_rows - 1]))
-                self._release(k, cut, forced=True)
+            if ts.shape[0] > self.max_rows:
+                self._release(k, float(ts[ts.shape[0] - self.max_rows - 1]), forced=True)
 
     def _release(self, k, upto: float, forced: bool) -> None:
         tail = self._tails[k]

@@ -111,6 +111,15 @@ class PTAggregate(PTSelection):
         self._glast: dict = {}          # (zone, bucket) -> last row accounted in _gb
         self._inr = [dict() for _ in range(nq)]      # partial (zone, bucket) -> in-range tuples scanned
         self._q_partial = [{int(x): True for x in b[f < 1.0].tolist()} for b, f in self._q_buckets]
+        self._shedc = [dict() for _ in range(nq)]    # zone -> per bucket: shed tuples compared
+
+    @property
+    def _sheds(self) -> bool:
+        """An aggregate sheds arrivals (:meth:`PTSelection._admit`) only on a shared layer: the
+        layer's exact counts still hold the shed tuples, so :meth:`answer` counts them among the
+        unscanned ones (estimated with the bucket's mean, in the error); a private layer would
+        not hold them at all (COUNT and SUM would be low)."""
+        return self.shared
 
     def _on_add_query(self, qi) -> None:
         self._scanned.append({})
@@ -118,6 +127,12 @@ class PTAggregate(PTSelection):
         self._inr.append({})
         b, f = self._q_buckets[qi]
         self._q_partial.append({int(x): True for x in b[f < 1.0].tolist()})
+        self._shed_counts().append({})
+
+    def _shed_counts(self) -> list:
+        """Per query, zone -> per bucket the shed tuples compared (an operator restored from an
+        older checkpoint has none yet)."""
+        return self.__dict__.setdefault("_shedc", [dict() for _ in self.queries])
 
     # ------------------------------------------------------------ summaries
     def _zone_frac(self, qi, z):
@@ -163,10 +178,17 @@ class PTAggregate(PTSelection):
     def _on_scan(self, qi, z, bucket, rid, ts, val, aux, hit) -> None:
         if aux is None:                         # COUNT: no prices (only how many qualify)
             aux = np.zeros(rid.shape[0])
+        shed = self.shed_mask(rid) if getattr(self, "_shed_view", None) is not None else None
+        if shed is not None and shed.any():     # compared, but not the query's: still unscanned
+            c = self._shed_counts()[qi].setdefault(z, np.zeros(self.n_buckets, np.int64))
+            c[bucket] += int(shed.sum())
         if bucket >= self.n_range or self._q_partial[qi].get(bucket, False):
             q = self.queries[qi]
             k = (z, bucket)
-            self._inr[qi][k] = self._inr[qi].get(k, 0) + int(((val >= q.lo) & (val <= q.hi)).sum())
+            inr = (val >= q.lo) & (val <= q.hi)
+            if shed is not None:
+                inr &= ~shed
+            self._inr[qi][k] = self._inr[qi].get(k, 0) + int(inr.sum())
         if hit.any():
             k = int(hit.sum())
             self._scanned[qi].setdefault(z, []).append((np.full(k, bucket, np.int64), ts[hit], aux[hit]))
@@ -189,6 +211,10 @@ class PTAggregate(PTSelection):
         if len(self._glast) > 4 * self.n_buckets * (len(zones) + 1):
             self._glast = {k: v for k, v in self._glast.items() if k[0] in zones}
         for sc in self._scanned:
+            if len(sc) > 2 * (len(zones) + 1):
+                for k in [k for k in sc if k not in zones]:
+                    del sc[k]
+        for sc in self._shed_counts():
             if len(sc) > 2 * (len(zones) + 1):
                 for k in [k for k in sc if k not in zones]:
                     del sc[k]
@@ -243,8 +269,10 @@ class PTAggregate(PTSelection):
             rem = (cnt - done).astype(np.float64)
             share, unc = self._zone_frac(qi, z)
             # in-range tuples not scanned: the exact in-range count minus those scanned
-            # (a partial bucket's scanned part need not have the cell's share)
-            got = np.where(frac < 1.0, 0.0, done)
+            # (a partial bucket's scanned part need not have the cell's share); shed tuples
+            # were compared but are not scanned ones
+            sc = self._shed_counts()[qi].get(z)
+            got = np.where(frac < 1.0, 0.0, done - (sc[b] if sc is not None else 0))
             for j in part.tolist():
                 got[j] = inr.get((z, int(b[j])), 0)
             rem_in = np.maximum(share * cnt - got, 0.0)

@@ -137,6 +137,7 @@ class PTSelection:
         self.value_attr = value_attr
         self.bank = float(bank)
         self.rng = np.random.default_rng([int(seed), 0x5E1])
+        self.seed = int(seed)
         zs = float(zone_seconds)
         keep = self.window + 2 * zs if math.isfinite(self.window) else math.inf
         cols = (value_attr,) if value_attr else ()
@@ -162,6 +163,7 @@ class PTSelection:
         self._hi_row = -1                        # newest row the operator has (rows increase with arrival)
         self._z_before = -math.inf               # shared: the zone before the first arrival's
         self._bound = None                       # shared: (seqs, rows, ts) bound, not yet ticked
+        self._shed_view = None                   # shared: RowMap of the arrivals shed (_admit)
         nq = len(self.queries)
         self._t_start = [-math.inf] * nq        # last zone number consumed (as float)
         self._pending = [[] for _ in range(nq)]  # heaps of (key, -zone, bucket)
@@ -180,7 +182,7 @@ class PTSelection:
         self._cc: dict = {}                      # zone -> (layer zone version, counts): this step only
         self.now = -math.inf
         self._stats = {"work": 0.0, "insert_work": 0.0, "outputs": 0, "probes": 0, "compares": 0,
-                       "tuples_in": 0, "regions_dropped": 0}
+                       "tuples_in": 0, "regions_dropped": 0, "shed": 0}
 
     # ------------------------------------------------------------ queries
     def add_query(self, lo, hi, weight: float = 1.0):
@@ -280,12 +282,49 @@ class PTSelection:
         self._hi_row = self.view.last_row
         return n
 
+    def _admit(self, batch, m, income: float):
+        """The arrivals ``m`` to ingest: all while the tick's income covers two inserts per
+        arrival, else a seeded uniform sample (hash of the arrival number) of
+        :func:`.admission.ingest_fraction` ``= I / (2 n c_insert)`` of them -- the PT-Join's rule:
+        at most half the income goes on inserts, the rest buys lookups and scans, so a small
+        budget buys output in proportion to it.  A shed arrival is neither in the operator's
+        layer nor (shared layer) in its row map: never found.  (Ingesting every arrival, at 1
+        unit per tuple the inserts took the whole income and the lookups went into a debt that
+        only grew: 0 rows, AVG NaN, 3.1 % over the allowance.)"""
+        from .admission import ingest_fraction, keep_mask
+        n = int(m.sum())
+        keep = keep_mask(None, batch.seq[m], ingest_fraction(income, n, COSTS["insert"]),
+                         getattr(self, "seed", 0), False)
+        if keep is None:
+            return m
+        self._stats["shed"] = self._stats.get("shed", 0) + int((~keep).sum())
+        if self.shared and self._bound is not None and (~keep).any():
+            # the stream rows of the shed arrivals: PTAggregate counts them as not scanned, and
+            # window_tuples (the exact fallback of ON MISS EXACT) still reads them
+            bs, br, bt = self._bound
+            o = np.argsort(bs, kind="stable")
+            sq = batch.seq[m][~keep]
+            i, ok = find_sorted(bs[o], sq)
+            if getattr(self, "_shed_view", None) is None:
+                self._shed_view = RowMap()
+            self._shed_view.bind(sq[ok], br[o][i[ok]], batch.ts[m][~keep][ok])
+        mm = np.zeros(m.shape[0], bool)
+        mm[np.flatnonzero(m)[keep]] = True
+        return mm
+
     def tick(self, batch, allowance) -> None:
         units = float(np.sum(allowance))
         self._cc = {}
         m = batch.stream == self.stream
+        if m.any() and self._sheds:
+            m = self._admit(batch, m, units)
+            if self.shared and not m.any() and getattr(self, "_shed_view", None) is not None:
+                self._hi_row = max(self._hi_row, self._shed_view.last_row)
         if m.any():
             n = self._ingest(batch, m)
+            if self.shared and getattr(self, "_shed_view", None) is not None:
+                # the layer's newest row of this operator may be a shed one (window_tuples reads it)
+                self._hi_row = max(self._hi_row, self._shed_view.last_row)
             units -= COSTS["insert"] * n
             self._stats["work"] += COSTS["insert"] * n
             self._stats["insert_work"] += COSTS["insert"] * n
@@ -294,12 +333,25 @@ class PTSelection:
             self.now = max(self.now, float(batch.ts[-1]))
         if self.shared and math.isfinite(self.window) and math.isfinite(self.now):
             self.view.prune(self.now - self.window - 2 * self.zone_seconds)
+            if getattr(self, "_shed_view", None) is not None:
+                self._shed_view.prune(self.now - self.window - 2 * self.zone_seconds)
         self._register(closed_only=True)
         for qi in range(len(self.queries)):
             self._account[qi] += units * self._share[qi]
             if self._account[qi] > 0:
                 self._dispatch(qi)
         self._forget()
+
+    #: whether :meth:`tick` sheds arrivals the income cannot pay twice (:meth:`_admit`)
+    _sheds = True
+
+    def shed_mask(self, rows) -> np.ndarray:
+        """Which layer ``rows`` are arrivals this operator shed (shared layer; :meth:`_admit`)."""
+        rows = np.asarray(rows, np.int64)
+        sv = getattr(self, "_shed_view", None)
+        if sv is None:
+            return np.zeros(rows.shape[0], bool)
+        return sv.translate(rows)[1]
 
     def _forget(self) -> None:
         """Drop the per-region bookkeeping of zones the layer no longer holds."""
@@ -549,7 +601,8 @@ class PTSelection:
 
     def window_tuples(self, t_from: float, t_to: float, lo=-math.inf, hi=math.inf, columns=()):
         """``(ids, ts, values, cols)`` of the operator's tuples with ``t_from < ts <= t_to`` and
-        ``lo <= value <= hi`` read from the layer (exact; shared: only the rows it was given)."""
+        ``lo <= value <= hi`` read from the layer (exact; shared: only the rows it was given,
+        including those it shed)."""
         zs = self.layer.zones_between(t_from, t_to)
         if not zs:
             e = np.zeros(0, np.int64)
@@ -559,6 +612,10 @@ class PTSelection:
         m = (ts > t_from) & (ts <= t_to) & (val >= lo) & (val <= hi)
         if self.shared:
             seq, ok = self.view.translate(rid)
+            sv = getattr(self, "_shed_view", None)
+            if sv is not None:      # shed arrivals are still the query's tuples (_admit)
+                s2, ok2 = sv.translate(rid)
+                seq, ok = np.where(ok, seq, s2), ok | ok2
             m &= ok
             rid = seq
         return rid[m], ts[m], val[m], {c: v[m] for c, v in cols.items()}

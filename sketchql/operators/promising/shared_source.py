@@ -40,7 +40,7 @@ class SharedIndexSource(IndexSource):
       unfiltered query holds -- so the estimates, cell sizes and choices are
       those of a private index with the same seed and budget.
 
-    Memory: 8 bytes (two int32 offsets) per accepted tuple of the last ``w``
+    Memory: 8 bytes (two int32 offsets) per accepted tuple of the last ``2 w``
     seconds (plus the current ingest), against the index's sketch tables and
     tuple lists.
 
@@ -71,6 +71,10 @@ class SharedIndexSource(IndexSource):
         self._first = 0                        # absolute index of _rows[0]
         self._marks = ([], [])                 # per ingest: absolute end index, newest ts (pruning)
         self._bound = None
+        self._floor = math.inf                 # oldest arrival of the operator's current chunk
+        #: the engine's feed of the index (``IndexFeed.release(indexes, now)``), set when the
+        #: engine attaches the query: called before each ingest (:meth:`before_ingest`)
+        self.feed = None
 
     # -- the per-query mapping ------------------------------------------------
     def bind(self, seqs, stream_rows) -> None:
@@ -82,6 +86,23 @@ class SharedIndexSource(IndexSource):
             q, r = np.concatenate([self._bound[0], q]), np.concatenate([self._bound[1], r])
         o = np.argsort(q, kind="stable")
         self._bound = (q[o], r[o])
+
+    def before_ingest(self, t_lo: float, t_hi: float) -> None:
+        """The operator is about to ingest a time chunk of arrivals ``[t_lo, t_hi]`` (both sides).
+
+        * The engine's feed ingests the index's waiting tuples up to ``t_hi`` -- not up to the
+          step's time: a step's arrivals are processed in time chunks
+          (:func:`.admission.chunk_span`), and an index ingesting the whole step first had
+          expired the partners of the first chunks' arrivals (one push per stream of 200 s at a
+          10 s window: 496 of 768 pairs missed);
+        * the stream-row mapping keeps the tuples younger than ``t_lo - 2w`` (:meth:`_prune`):
+          the oldest arrival of the chunk may be on the *other* side (pruned at this side's
+          own oldest arrival, a pair 5 s apart in a 10 s window was missed when the partner's
+          side arrived at 10 s in the same step: 5 of 768 pairs at 1 s pushes)."""
+        self._floor = float(t_lo)
+        feed = getattr(self, "feed", None)     # a source restored from an older checkpoint has none
+        if feed is not None:
+            feed([self.ix], float(t_hi))
 
     def ingest(self, values, ts, rids) -> int:
         rids = np.asarray(rids, np.int64)
@@ -117,7 +138,7 @@ class SharedIndexSource(IndexSource):
             self._seqs = np.concatenate([self._seqs, s32])
         self._marks[0].append(self._first + self._rows.shape[0])
         self._marks[1].append(float(ts.max()))
-        self._prune(float(ts.min()))
+        self._prune(min(float(ts.min()), getattr(self, "_floor", math.inf)))
         return int(rids.shape[0])
 
     def _rebase(self, row_max: int, seq_min: int, seq_max: int) -> None:
@@ -136,12 +157,16 @@ class SharedIndexSource(IndexSource):
             raise SketchQLError("shared index source: the mapping spans more than 2^31 rows")
 
     def _prune(self, t0: float) -> None:
-        """Drop the entries of ingests whose newest tuple is <= t0 - w: the operator's probes
-        after an arrival at t0 only look for partners younger than t0 - w (exact)."""
+        """Drop the entries of ingests whose newest tuple is <= t0 - 2w, ``t0`` the oldest
+        arrival of the operator's current chunk (either side): from then on the operator probes
+        only entries younger than ``t0' - w`` (``t0' >= t0`` the chunk start at the probe,
+        ``PTJoin.drain``'s horizon), whose partners are younger than ``t0 - 2w`` (exact).  (At
+        ``t0 - w`` a queued entry probed in a later step, by a budget that could not pay it at
+        once, lost its partners in ``(t0 - 2w, t0 - w]``: pairs still alive at that step.)"""
         if not math.isfinite(self.window) or not self._marks[0]:
             return
         ends, tmax = self._marks
-        k = int(np.searchsorted(np.asarray(tmax), t0 - self.window, side="right"))
+        k = int(np.searchsorted(np.asarray(tmax), t0 - 2.0 * self.window, side="right"))
         # marks are in ingest order; their newest ts only grows for one stream
         if k == 0:
             return
