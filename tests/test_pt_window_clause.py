@@ -47,8 +47,7 @@ def test_agreeing_windows_run_on_that_window(fw, win):
     r = q.results()
     got = {(int(a), int(b)) for a, b in zip(r[r["__sign"] == 1].iloc[:, 0], r[r["__sign"] == 1].iloc[:, 1])}
     want = {(i, j) for i in range(n) for j in range(n) if kA[i] == kB[j] and abs(tA[i] - tB[j]) < 5.0}
-    assert got <= want
-    assert len(got) >= 0.97 * len(want)       # full budget; edge pairs are issue 16's defect 3 (tracked)
+    assert got == want                         # full budget: exactly the join, window edges included
 
 
 @pytest.mark.parametrize("typ", ["DOUBLE", "VARCHAR"])

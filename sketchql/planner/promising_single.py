@@ -19,8 +19,10 @@ engine then raises its error asking for EXACT):
   (``error <= e * |estimate|``); a miss is counted (``pt_contract_misses``)
   and, with ``ON MISS EXACT``, the answer is replaced by the exact aggregate
   of the stored window tuples (error 0).  ``ON MISS RETURN`` (default) returns
-  the estimate; ``ON MISS FAIL`` is treated as RETURN (the engine has no
-  per-query failure channel) -- the miss is still counted.
+  the estimate; ``ON MISS FAIL`` replaces it with an error row (the aggregate
+  and its error NaN, the message in the node's ``pt_contract_error``) from the
+  first miss on, until the contract holds again at least a window later -- the
+  rule of the exact aggregates' ``ON MISS FAIL`` (:mod:`sketchql.engine.precision`).
 
 Other conjuncts on S stay pushed below the window (they filter before the PT
 operator).  Budget: units per arriving tuple exactly as for the join
@@ -282,6 +284,9 @@ class PTAggregateNode(_Base):
         self.on_miss = (on_miss or "return").lower()
         self.misses = 0
         self.exact_fallbacks = 0
+        self.failed_since = None      # ON MISS FAIL: when the error row replaced the answer
+        self.fail_message = None
+        self.failures = 0
 
     def step(self, now: float, ch=None) -> Optional[Changes]:
         now = float(now)
@@ -289,11 +294,14 @@ class PTAggregateNode(_Base):
         self._feed(rows)
         est, err = self.op.answer(0, now)
         est, err = float(est), float(err)
-        if self.max_rel_error is not None and not (err <= self.max_rel_error * abs(est)):
+        missed = self.max_rel_error is not None and not (err <= self.max_rel_error * abs(est))
+        if missed:
             self.misses += 1
             if self.on_miss == "exact":
                 est, err = self._exact(now), 0.0
                 self.exact_fallbacks += 1
+        if self.on_miss == "fail" and self.max_rel_error is not None:
+            est, err = self._fail(now, missed, est, err)
         self.clock = max(self.clock, now)
         cur = (est, err)
         if self._last is not None and _same(self._last, cur):
@@ -304,6 +312,22 @@ class PTAggregateNode(_Base):
         self._last = (est, err, now)
         parts.append(Changes.inserts(self._row(est, err, now), [now], [0]))
         return Changes.concat(parts) if len(parts) > 1 else parts[0]
+
+    def _fail(self, now: float, missed: bool, est: float, err: float):
+        """ON MISS FAIL: the answer, or the error row ``(NaN, NaN)`` from a miss on until the
+        contract holds again at least a window after the miss that started it."""
+        if self.failed_since is None:
+            if not missed:
+                return est, err
+            self.failed_since = now
+            self.failures += 1
+            self.fail_message = (f"contract WITH ERROR {self.max_rel_error:g} missed at t={now:g} "
+                                 f"(estimated {est:.3g} +- {err:.3g})")
+            return math.nan, math.nan
+        if not missed and now >= self.failed_since + self.window:
+            self.failed_since = self.fail_message = None
+            return est, err
+        return math.nan, math.nan
 
     def _exact(self, now: float) -> float:
         """The exact aggregate over the window tuples of the operator (read from its layer)."""
@@ -333,6 +357,9 @@ class PTAggregateNode(_Base):
             d.update({"pt_estimate": self._last[0], "pt_error": self._last[1]})
         if self.max_rel_error is not None:
             d.update({"pt_contract_misses": self.misses, "pt_exact_fallbacks": self.exact_fallbacks})
+            if self.on_miss == "fail":
+                d.update({"pt_contract_failed": self.failed_since is not None,
+                          "pt_contract_failures": self.failures, "pt_contract_error": self.fail_message})
         return d
 
 
