@@ -44,6 +44,8 @@ def test_agreeing_windows_run_on_that_window(fw, win):
     for t, s, i in order:
         k = kA if s == "A" else kB
         e.push(s, {"ts": [t], "id": [i], "k": [int(k[i])]})
+    e.heartbeat("A", 100.0)                    # both clocks past the last arrival: every pair is due
+    e.heartbeat("B", 100.0)
     r = q.results()
     got = {(int(a), int(b)) for a, b in zip(r[r["__sign"] == 1].iloc[:, 0], r[r["__sign"] == 1].iloc[:, 1])}
     want = {(i, j) for i in range(n) for j in range(n) if kA[i] == kB[j] and abs(tA[i] - tB[j]) < 5.0}
