@@ -149,11 +149,18 @@ class _Batch:
         eng = self.eng
         for q in reversed(self.registered):
             eng._release(q)
+        declared = {id(ix): ix for d in eng.catalog.summaries for ix in (d.index or {}).values()}
         for live, saved in ((eng._queries, self.queries), (eng._streams, self.streams),
                             (eng._tables, self.tables), (eng._selection_pool, self.pool)):
             live.clear()
             live.update(saved)
         vars(eng.catalog).update({k: (dict(v) if isinstance(v, dict) else v) for k, v in self.catalog.items()})
+        kept = {id(ix) for d in eng.catalog.summaries for ix in (d.index or {}).values()}
+        gone = {k for k in declared if k not in kept}   # indexes the batch declared (e.g. _auto_ ones of PT queries)
+        for k in gone:
+            eng.index_feed.forget(declared[k])
+        if gone:
+            eng.sharing.forget_indexes(gone)
         del eng.constraints.items[self.n_constraints:]
         eng._ids = itertools.count(self.next_id)
         eng._sums_by_stream = None

@@ -172,6 +172,13 @@ class IndexFeed:
             lst[:] = [(q, nd) for q, nd in lst if q is not query]
         self.settle()
 
+    def forget(self, ix) -> None:
+        """Drop every trace of index ``ix`` (its summary left the catalog, e.g. a rolled-back batch that
+        had declared it): without this the feed kept it, its tail and its consumer list for good."""
+        k = id(ix)
+        for d in (self._index, self._tails, self._consumers):
+            d.pop(k, None)
+
     # -- input --------------------------------------------------------------------
     def accept(self, decl, b, first_row: int) -> None:
         """A validated batch of ``decl``'s stream: ingested, or (an index with consumers, in

@@ -637,6 +637,17 @@ class Sharing:
     def _others(self, obj, qid) -> list:
         return sorted(set(q for q in self.members.get(obj, []) if q != qid))
 
+    def forget_indexes(self, ids) -> None:
+        """Drop the PT entry tables keyed on an index whose ``id`` is in ``ids`` and that no query
+        uses (the index left the catalog: a rolled-back batch declared it); their keys held it alive."""
+        self._members_ok()
+        for key in [k for k in self.entry_tables
+                    if any(isinstance(x, _Same) and id(x.obj) in ids for x in k[1])]:
+            t = self.entry_tables[key]
+            if not self.members.get(t):
+                del self.entry_tables[key]
+                self.members.pop(t, None)
+
     def detach(self, query) -> None:
         self._members_ok()
         for node in query.plan.nodes:
