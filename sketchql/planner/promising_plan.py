@@ -27,10 +27,11 @@ Mapping (what is accepted; everything else raises
   query's own input (filtered / sampled, one arrival number across both
   streams) is a ``stream row -> seq`` mapping applied at probe time.  The
   Query hands the stream rows of the tuples it feeds to each scan to
-  :meth:`PTJoinNode.feed_rows`.  Before each step the node calls
-  ``before_step(indexes, now)``: the engine ingests the tuples up to ``now``
-  that it kept back (:mod:`sketchql.engine.index_feed`), so the index holds
-  exactly the streams up to the step time.  Without ``index_for`` (engine knob
+  :meth:`PTJoinNode.feed_rows`.  Before each time chunk of a step's arrivals
+  the source's ``before_ingest(t_lo, t_hi)`` has the engine ingest the tuples
+  up to ``t_hi`` that it kept back (:mod:`sketchql.engine.index_feed`), so the
+  index holds exactly the streams up to that chunk, as a private index fed
+  arrival by arrival would.  Without ``index_for`` (engine knob
   ``share_indexes`` off) PTJoin keeps a private StreamIndex per side
   configured like the declared one.
 
