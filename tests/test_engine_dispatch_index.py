@@ -45,7 +45,7 @@ LATE = "SELECT k, COUNT(*) AS n FROM A [RANGE 6] GROUP BY k"
 
 
 # -- the previous code paths (the oracle) ------------------------------------------------------
-def _old_dispatch(self, h, b, rows=None, guarded=False):   # (no fault in this workload: the guard is moot)
+def _old_dispatch(self, h, b, rows=None):
     key = h.name.lower()
     for q in self._queries.values():
         if not q.active:

@@ -195,7 +195,7 @@ def _coerce(col: str, kind: str, a: np.ndarray, where: str) -> np.ndarray:
     raise BatchError(f"{where}: unknown column kind {kind}")  # pragma: no cover
 
 
-def _validate(schema: Schema, data, clock: float, lateness: float) -> Batch:
+def _validate(schema: Schema, data, clock: float) -> Batch:
     """Typed, time-sorted Batch for ``schema`` or :class:`BatchError` / :class:`LateTupleError`."""
     what = "table" if schema.is_table else "stream"
     where = f"{what} {schema.name}"
@@ -228,8 +228,8 @@ def _validate(schema: Schema, data, clock: float, lateness: float) -> Batch:
     if n and not np.isfinite(ts).all():
         r = int(np.flatnonzero(~np.isfinite(ts))[0])
         raise BatchError(f"{where}: timestamp column {schema.timestamp!r} is infinite at row {r}")
-    if n and (ts < clock - lateness).any():
-        r = int(np.flatnonzero(ts < clock - lateness)[0])
+    if n and (ts < clock).any():
+        r = int(np.flatnonzero(ts < clock)[0])
         raise LateTupleError(f"{where}: row {r} has timestamp {ts[r]:g}, older than the stream clock {clock:g}")
     if n > 1 and np.any(np.diff(ts) < 0):
         o = np.argsort(ts, kind="stable")

@@ -168,15 +168,15 @@ class _Batch:
         eng.allocator._sig = self.sig
         eng.allocator._tracked_cache = None
 
+
 class _PlanError(SketchQLError):
     """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
     rows = cap = None
 
 
-def _fail_query(q: Query, exc: Exception, mark) -> None:
-    """Fail ``q`` for ``exc`` raised in its step (see :meth:`Engine._dispatch_guarded`)."""
+def _fail_query(q: Query, exc: Exception, before: float) -> None:
+    """Fail ``q`` for ``exc`` raised in its step from clock ``before`` (see :meth:`Engine._dispatch`)."""
     import traceback
-    before = mark[0] if mark is not None else q.clock
     now = q.clock
     what = f"{type(exc).__name__} in its plan: {exc}"
     q._fail(now, _PlanError(what), before)
@@ -567,13 +567,13 @@ class Engine:
         refused: the operators cannot take it (they are all at the clock already)."""
         key = str(name).lower()
         if key in self._tables:
-            return _validate(self.catalog.get(name), batch, -np.inf, 0.0)
+            return _validate(self.catalog.get(name), batch, -np.inf)
         h = self.stream(name)
         if self.input_buffered(name):
             clock = -np.inf
         elif clock is None:
             clock = h.clock
-        return _validate(h.schema, batch, clock, 0.0)
+        return _validate(h.schema, batch, clock)
 
     def input_buffered(self, name: str) -> bool:
         """True when stream ``name`` takes its input through a slack buffer (out-of-order input): what a
@@ -587,8 +587,9 @@ class Engine:
         A refused batch (:class:`BatchError`, :class:`LateTupleError` without a slack) changes nothing.
         A stream with a ``slack`` (alias ``allowed_lateness``) takes the batch into its buffer and
         applies what the buffer releases, in timestamp order; tuples later than the slack follow
-        ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).  An error raised inside one query's step fails that query
-        (:meth:`_dispatch_guarded`); the batch reaches every other query.
+        ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).
+        An error raised inside one query's step fails that query (:meth:`_dispatch`); the batch
+        reaches every other query.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
@@ -622,7 +623,7 @@ class Engine:
             # nothing older than the watermark can come: the stream's time moves on to it, as at a
             # heartbeat (expirations up to it are reported; a join waiting for this stream advances)
             h.clock = h._slack.watermark
-            self._dispatch_guarded(h, None)
+            self._dispatch(h, None)
             self.index_feed.settle()
         self._after_input()
         self._precision.after_push(h)
@@ -646,7 +647,7 @@ class Engine:
             h.clock = ts
         # the queries first consume what they still buffer (a PT join probes the shared index
         # for it), then the index moves on (and may drop history older than its declaration)
-        self._dispatch_guarded(h, None)
+        self._dispatch(h, None)
         self._after_input()
         self._heartbeat_budget(h, gap)
         if self._any_timeout:                  # (else it would walk every stream to release nothing)
@@ -668,7 +669,7 @@ class Engine:
         if h._knobs.get("late_policy") == "error" and len(b):
             # 'error': a batch with a tuple later than the slack is refused whole, before the buffer
             # changes (a 4xx over HTTP must leave nothing applied, and a replay must agree)
-            old = b.ts <= h._slack.watermark
+            old = h._slack.late(b.ts)
             if old.any():
                 from ..errors import LateTupleError
                 h.rejected_batches += 1
@@ -705,7 +706,7 @@ class Engine:
         if self.constraints.items and len(b):
             self.constraints.observe(h.name, b.columns)
         self.sharing.feed(h.name, b)
-        self._dispatch_guarded(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
+        self._dispatch(h, b, np.arange(first_row, first_row + len(b), dtype=np.int64))
         self._after_input()
         self.index_feed.settle()
 
@@ -736,15 +737,6 @@ class Engine:
                 by.setdefault(d.stream.lower(), []).append(d)
             self._sums_by_stream = by
         return by.get(name.lower(), ())
-
-    def _dispatch_guarded(self, h: StreamHandle, b: Optional[Batch], rows=None) -> None:
-        """:meth:`_dispatch`, with an error raised while one query is stepped failing that query only:
-        state 'failed', :attr:`Query.failed` names the error, its results up to its previous step stay
-        readable, it is no longer fed (as one over ``max_rows_per_step``), and every other query
-        reading ``h`` still gets the batch, so the next push works.  The error is charged to the
-        registered query being dispatched, whatever raised it inside (its plan, a shared operator,
-        its precision wrapper or audit shadow)."""
-        self._dispatch(h, b, rows, guarded=True)
 
     @property
     def _any_timeout(self) -> bool:
@@ -777,7 +769,7 @@ class Engine:
                 self._push_released(x, rel)          # at the time of its tuples, then on to w
             if x._slack.watermark > x.clock:
                 x.clock = x._slack.watermark
-                self._dispatch_guarded(x, None)
+                self._dispatch(x, None)
 
     # -- k-constraints -------------------------------------------------------------------
     def declare_constraint(self, kind: str, stream: str, attr: str, k: int, parent=None):
@@ -856,16 +848,19 @@ class Engine:
         for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
             n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
 
-    def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None, guarded: bool = False):
+    def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
         the least clock of its streams; the other queries are not touched (``_queries.on_stream``).
-        ``guarded``: see :meth:`_dispatch_guarded`."""
+
+        An error raised while one query is stepped fails that query only: state 'failed',
+        :attr:`Query.failed` names the error, its results up to its previous step stay readable, it
+        is no longer fed (as one over ``max_rows_per_step``), and every other query reading ``h``
+        still gets the batch, so the next push works.  The error is charged to the registered query
+        being dispatched, whatever raised it inside (its plan, a shared operator, its precision
+        wrapper or audit shadow)."""
         key = h.name.lower()
         for q in self._queries.on_stream(key):
             if not q.active:
-                continue
-            if not guarded:
-                self._step_query(q, key, b, rows)
                 continue
             before = q.clock
             try:
@@ -873,7 +868,7 @@ class Engine:
             except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
                 if q.failed is not None:       # failed inside already (e.g. over max_rows_per_step): as before
                     raise
-                _fail_query(q, exc, (before,))
+                _fail_query(q, exc, before)
 
     def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
         by_stream = q.stream_sources()

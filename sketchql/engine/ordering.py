@@ -78,11 +78,15 @@ class SlackBuffer:
         return min((float(b.ts[0]) for b in self._parts if len(b)), default=math.inf)
 
     # -- input ------------------------------------------------------------------
+    def late(self, ts: np.ndarray) -> np.ndarray:
+        """Which of the timestamps ``ts`` come later than the slack: at or below the released watermark."""
+        return ts <= self.watermark
+
     def offer(self, b: Batch):
         """Take a validated batch; returns ``(released Batch or None, late Batch or None)``."""
         late = None
         if len(b):
-            old = b.ts <= self.watermark
+            old = self.late(b.ts)
             if old.any():
                 late = b.take(old)
                 self.late_beyond_slack += len(late)
