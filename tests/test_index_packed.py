@@ -16,13 +16,19 @@ a hot-zone refresh that ``KernelView.refresh_fast(defer=True)`` left pending.  C
 import numpy as np
 import pytest
 
-from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration, kernels
+from sketchql.index import IndexConfig, StreamIndex, SummaryDeclaration, ingest_side, kernels
 from sketchql.index.kview import KernelView
 
 from test_index import zipf_drift
 from test_index_refresh import assert_view_equals_fresh
 
 pytestmark = pytest.mark.skipif(not kernels.ENABLED, reason="numba kernels disabled")
+
+
+@pytest.fixture
+def lazy_view(monkeypatch):
+    """The view refreshed only by its readers (no eager refresh at ingest): the deferred path's tests."""
+    monkeypatch.setattr(ingest_side, "EAGER_VIEW", False)
 
 
 def slot(desc, i):
@@ -66,7 +72,8 @@ def eager_probe(ix, keys, tf, tt):
 
 
 @pytest.mark.parametrize("structure,lateness", [("T4", 0.0), ("T4", 3.0), ("T1", 0.0), ("T3", 2.0)])
-def test_packed_deferred_probe_equals_the_unpacked_kernel_after_every_ingest(structure, lateness, monkeypatch):
+def test_packed_deferred_probe_equals_the_unpacked_kernel_after_every_ingest(structure, lateness, monkeypatch,
+                                                                              lazy_view):
     applied = []
     orig = kernels.probe_packed
     monkeypatch.setattr(kernels, "probe_packed", lambda *a: (applied.append(a[-2] <= a[-1]), orig(*a))[1])
@@ -105,7 +112,7 @@ def test_packed_deferred_probe_equals_the_unpacked_kernel_after_every_ingest(str
     assert sum(applied) > (len(applied) // 5 if not lateness else 5), (sum(applied), len(applied))
 
 
-def test_a_pending_refresh_is_applied_before_any_other_reader():
+def test_a_pending_refresh_is_applied_before_any_other_reader(lazy_view):
     v, t = zipf_drift(3000, rate=30.0, n_items=80, s=1.2, seed=2)
     decl = SummaryDeclaration("s", "S", "a", granularity=10.0, rate=2, depth=3)
     ix = StreamIndex(decl, IndexConfig(structure="T4", n_buckets=8, w=16, check_every=64))

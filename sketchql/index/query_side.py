@@ -361,6 +361,7 @@ class QuerySide:
         hot zone alone may be left pending (``kv.pending``) for the caller's
         :func:`kernels.probe_packed` to apply (see ``KernelView.refresh_fast``)."""
         kv = self._kview
+        self._kread = True
         state = tuple([g.version for g in self.grans])
         if kv is not None and state == self._kstate:          # nothing changed since the last refresh
             if kv.pending is not None and not defer:

@@ -173,6 +173,7 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
         self._kstate = None
         self._kmixed = False        # values of several dtypes were ingested: no compiled probe
         self._ksver = None          # granularities' sversion at the last structural check
+        self._kread = False         # the kernel view was read since the last ingest (see ``_keep_view``)
 
     # ------------------------------------------------------------------ pickling (checkpoints)
     def __getstate__(self):
@@ -189,10 +190,12 @@ class StreamIndex(IngestSide, QuerySide, PersistSide):
         if not bound:
             s["_goff"] = {}
         s["_parts"], s["_qv"], s["_kview"], s["_kbuf"], s["_kstate"], s["_ksver"] = {}, None, None, None, None, None
+        s["_kread"] = False
         return s
 
     def __setstate__(self, s):
         bound = s.pop("_gbuf")
+        s.setdefault("_kread", False)        # (checkpoints from before the eager view refresh)
         self.__dict__.update(s)
         self._gbuf = None
         if bound:                        # one shared buffer again, stores as its views (no version bump)
