@@ -145,9 +145,10 @@ class _ToAST(Transformer):
         v = float(txt)
         if v != v or v in (float("inf"),):
             raise _Invalid(f"number {txt!r} is out of range", t)
-        if all(c.isdigit() for c in txt) and abs(v) < 2**63:
-            v = int(txt)
-        return _Num(v, _tokpos(t))
+        exact = int(txt) if all(c.isdigit() for c in txt) else None
+        if exact is not None and exact < 2**63:     # (compared as an int: float(txt) rounds 2**63 - 1 up)
+            v = exact
+        return _Num(v, _tokpos(t), exact)
 
     def duration(self, meta, ch):
         num = self.number(meta, [ch[0]])
@@ -267,7 +268,10 @@ class _ToAST(Transformer):
         return A.BinOp(str(op), self._lit(l), self._lit(r), pos=_pos(meta))
 
     def neg(self, meta, ch):
-        e = self._lit(_nontok(ch)[0])
+        raw = _nontok(ch)[0]
+        if isinstance(raw, _Num) and raw.exact == 2**63:    # INT's least value: its magnitude alone is a DOUBLE
+            return A.Literal(-2**63, pos=_pos(meta))
+        e = self._lit(raw)
         if isinstance(e, A.Literal) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool):
             return A.Literal(-e.value, pos=_pos(meta))
         return A.Neg(e, pos=_pos(meta))
@@ -589,10 +593,10 @@ class _Name:
 
 
 class _Num:
-    __slots__ = ("v", "pos")
+    __slots__ = ("v", "pos", "exact")
 
-    def __init__(self, v, pos):
-        self.v, self.pos = v, pos
+    def __init__(self, v, pos, exact=None):
+        self.v, self.pos, self.exact = v, pos, exact      # exact: the integer a digits-only literal spells
 
 
 class _Dur:
