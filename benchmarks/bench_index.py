@@ -445,6 +445,20 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   median 1.09, >= 5 in 4 -> 10 of 12 runs); 60k (wall) medians ~8.5 -> ~9.4; T1 scan 14.4-14.8 ns per
   output on both sides in the runs it was not preempted.  5x at 6k reliably: not shown -- at this load
   neither side can be called, and the in-situ minima above move by ~2%, not the ~10% asked.
+  Tenth follow-up (lead, 2026-11-27; in situ = the bench's 6k sequence, /tmp/s5/ab.py: 6 runs of T1
+  scan and T4 interleaved per process, processes alternated with a worktree of 999dcce): (24) the
+  probe's view is kept current at ingest (``StreamIndex._keep_view``, ``ingest_side.EAGER_VIEW``):
+  when a probe read the compiled view since the previous batch, the ingest refreshes it at its end --
+  the hot zone's growth, and once per G1 period the structural refresh (the closed zone's CSR append,
+  the collapsed granularities' ranges and F2) -- while the data it just wrote is in cache, instead of
+  the next probe doing it first on a cold cache (an index no longer probed stops after one batch).
+  The probe then only checks the versions (0.5 us).  T4 in situ, min of 6 runs, 4 process pairs at
+  load 0.6-1.0: 2.93/2.92/2.68/2.77 -> 2.53/2.60/2.30/2.52 ns per output; ratio against the same
+  processes' T1 scan 5.10/5.13/5.50/5.33 -> 6.14/6.58/6.41/6.06.  The ingest is not dearer per tuple
+  (the refresh it now runs is ~12-20 us per 5 s batch, ~7% of the batch's ingest; t_ins 0.53-0.61 vs
+  0.59-0.72 us per tuple in the same runs, within their noise): moved, and cheaper where it now runs
+  (the structural refresh after the ingest cost 55-65 us per 6 calls on a cold cache).  This is work
+  the probe no longer does, and ``t4_breakdown`` prints it inside the ingest (``ingest_view``).
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
