@@ -50,7 +50,9 @@ gather.  The view is rebuilt lazily after changes (per granularity), or
 patched when only G1's open zone received tuples.  ``probe_many`` runs by
 default compiled (numba, :mod:`sketchql.index.kernels`) over an
 incrementally maintained view (:mod:`sketchql.index.kview`; the open zone's
-tuples are linked per bucket at ingest time), with identical results;
+tuples are linked per bucket at ingest time, and an index probed since its
+last batch brings the view up to date at the end of the next ingest, so the
+probe that follows only checks it), with identical results;
 ``scan_window_many`` is the raw-window join of structure T1.  Ingest hashes a batch once (:mod:`sketchql.index.hasher`)
 and updates the sketches of small batches sparsely (only the touched
 counters, with exact incremental row norms for the pruning thresholds).
