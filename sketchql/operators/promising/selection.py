@@ -290,7 +290,8 @@ class PTSelection:
         budget buys output in proportion to it.  A shed arrival is neither in the operator's
         layer nor (shared layer) in its row map: never found.  (Ingesting every arrival, at 1
         unit per tuple the inserts took the whole income and the lookups went into a debt that
-        only grew: 0 rows, AVG NaN, 3.1 % over the allowance.)"""
+        only grew: 0 rows, AVG NaN, 3.1 % over the allowance.)  What stands for a shed arrival in
+        an aggregate's answer (shared or private layer): :mod:`.aggregates`, "Budget"."""
         from .admission import ingest_fraction, keep_mask
         n = int(m.sum())
         keep = keep_mask(None, batch.seq[m], ingest_fraction(income, n, COSTS["insert"]),
