@@ -17,18 +17,7 @@ import numpy as np
 import pytest
 
 from sketchql.engine import Engine
-
-N = 8000
-SPAN = 40.0
-W = 10.0
-
-
-def _data():
-    rng = np.random.default_rng(4)
-    ts = np.sort(rng.uniform(0, SPAN, N))
-    k = np.minimum(rng.zipf(1.3, N), 500)
-    v = rng.gamma(2, 3, N)
-    return ts, k, v
+from test_engine_pt_single_budget import N, SPAN, W, _data   # the shared path's stream (8,000 tuples, 40 s)
 
 
 def _exact(func, x):
