@@ -190,3 +190,29 @@ def test_private_zero_budget_states_its_ignorance():
             assert est == pytest.approx(m.sum() / 2) and abs(est - sel.sum()) <= err
         else:
             assert err == np.inf
+
+
+@pytest.mark.parametrize("func", ["sum", "count", None])
+def test_lookups_wait_at_a_budget_below_their_cost(func):
+    """1 unit per second (0.01 per arrival; a zone's summary lookups cost 3.8): zones are
+    registered only while the account is positive, so the debt stays about one zone's lookups
+    and a few inserts.  Before, every zone's lookups were charged whatever the income: 53.8
+    units charged against 20 over 20 s, a debt growing with every zone."""
+    from sketchql.approx import WorkBudget, arrival_gaps, replay
+    from sketchql.data import generate_stores, interleave
+    from sketchql.operators.promising import PTAggregate, PTSelection
+    arr = interleave(generate_stores(1, duration=60.0, mean_interarrival=0.01, seed=11))
+    kw = dict(window=10.0, domain=(1, 2000), zone_seconds=2.0)
+    op = PTSelection([(37, 611)], **kw) if func is None else PTAggregate([(37, 611)], func=func, **kw)
+    worst = [0.0]
+
+    def cb(now):
+        worst[0] = max(worst[0], -min(op._account))
+    budget = WorkBudget(units_per_second=1.0)
+    replay(arr, {"a": op}, budget, tick_seconds=0.5, callback=cb)
+    allowance = float(budget.allowance(arrival_gaps(arr.ts)).sum())
+    debt = max(0.0, -op._account[0])
+    lookups = 0.1 * op._q_buckets[0][0].shape[0]
+    assert op.stats()["work"] <= allowance + debt + 1e-9
+    assert worst[0] <= 2 * lookups + 5.0, (worst[0], lookups)
+    assert op.stats()["work"] <= 1.25 * allowance, (op.stats()["work"], allowance)

@@ -73,10 +73,12 @@ what stands for it in the answer depends on what holds it:
   and unscanned counts are weighted by ``r_z`` (a post-stratified
   Horvitz-Thompson estimate; AVG and MEDIAN the weighted ratio / quantile),
   ``U s^2`` becomes ``sum_z r_z^2 U_z s^2``, and the sampling variance
-  ``sum_z r_z (r_z - 1) a_z / (a_z - 1) (sum y^2 - (sum y)^2 / a_z)`` joins
-  ``SE^2`` (``y``: a held tuple's contribution -- 1 for COUNT, its value for
-  SUM, ``value - AVG`` for AVG; unscanned ones at their bucket's mean, with
-  ``s^2``).  Shed arrivals of a zone of which nothing is held count with the
+  ``sum_z r_z (r_z - 1) a_z s_y^2``, ``s_y^2 = (sum y^2 - (sum y)^2 / a_z) /
+  (a_z - 1)``, joins ``SE^2`` (``y``: a held tuple's contribution -- 1 for
+  COUNT, its value for SUM, ``value - AVG`` for AVG; unscanned ones at their
+  bucket's mean, with ``s^2``; ``s_y^2`` at least what a share ``(k + 1) /
+  (a_z + 2)`` of held tuples in the query implies, ``k`` of them being in it:
+  a handful of held tuples all inside the query do not claim 0).  Shed arrivals of a zone of which nothing is held count with the
   query's share of the held tuples (binomial count variance).  So COUNT on a
   private layer is exact only while nothing is shed.
 
@@ -406,7 +408,7 @@ class PTAggregate(PTSelection):
         n = vals.shape[0]
         U = float(unscanned_n.sum())
         if strata:
-            wv = np.concatenate(s_wt)
+            wv = np.concatenate(s_wt) if s_wt else np.zeros(0)
             N = float(wv.sum()) + U
             U2 += U - sum(s[0] * float(s[3].sum()) for s in strata)    # the zones that shed nothing
         else:
@@ -467,7 +469,7 @@ class PTAggregate(PTSelection):
         if self.func == "count":
             if not sampled:
                 return float(N), 1.96 * count_unc
-            return float(N), 1.96 * math.sqrt(count_unc ** 2 + self._strata_var(strata, "count", bm, s2, 0.0) + bvar_n)
+            return float(N), 1.96 * math.sqrt(count_unc ** 2 + self._strata_var(strata, "count", bm, s2, 0.0, 1.0) + bvar_n)
         if self.func == "sum":
             if U == 0 and count_unc == 0 and not sampled:
                 return est_sum, 0.0
@@ -475,7 +477,7 @@ class PTAggregate(PTSelection):
                 return est_sum, math.inf
             se2 = se2_unscanned + (count_unc * gmean) ** 2
             if sampled:
-                se2 += self._strata_var(strata, "sum", bm, s2, 0.0) + bvar_n * gmean * gmean + bnoise
+                se2 += self._strata_var(strata, "sum", bm, s2, 0.0, gmean) + bvar_n * gmean * gmean + bnoise
             return est_sum, 1.96 * math.sqrt(se2)
         if self.func == "avg":
             if N <= 0:
@@ -487,7 +489,7 @@ class PTAggregate(PTSelection):
                 return avg, 0.0
             se2 = se2_unscanned
             if sampled:
-                se2 += self._strata_var(strata, "avg", bm, s2, avg) + bnoise
+                se2 += self._strata_var(strata, "avg", bm, s2, avg, gmean) + bnoise
             return avg, 1.96 * math.sqrt(se2) / N
         # median
         if n == 0:
@@ -509,28 +511,38 @@ class PTAggregate(PTSelection):
         return med, max(med - lo_v, hi_v - med)
 
     @staticmethod
-    def _strata_var(strata, func, bm, s2, c) -> float:
+    def _strata_var(strata, func, bm, s2, c, mu) -> float:
         """Sampling variance of the zones' weighting (private layer, module doc "Budget"): zone z
         held a uniform sample of ``a_z`` of its arrivals, each weighed ``r_z``; with ``y`` a
         tuple's contribution (1 for COUNT, its value for SUM, ``value - c`` for AVG's
-        linearized ratio; 0 outside the query), ``Var = sum_z r_z (r_z - 1) a_z / (a_z - 1)
-        (sum y^2 - (sum y)^2 / a_z)``, the unscanned held tuples' sums taken at their buckets'
-        means ``bm`` with the price variance ``s2``."""
+        linearized ratio; 0 outside the query), ``Var = sum_z r_z (r_z - 1) a_z s_y^2`` with
+        ``s_y^2 = (sum y^2 - (sum y)^2 / a_z) / (a_z - 1)``, the unscanned held tuples' sums taken
+        at their buckets' means ``bm`` with the price variance ``s2``.  A few held tuples can
+        all fall inside (or outside) the query, which makes that ``s_y^2`` 0: it is at least the
+        one of a share ``p = (k + 1) / (a_z + 2)`` of the tuples in the query (``k`` of the held
+        ones are), values of mean ``mu`` and variance ``s2``: ``p s2 + p (1 - p) m^2`` (``m`` =
+        1 for COUNT, ``mu`` for SUM, ``mu - c`` for AVG)."""
         tot = 0.0
         for r, a, v, un in strata:
-            if a < 2:
+            if a < 1:
                 continue
             u = float(un.sum())
+            k = v.shape[0] + u
             if func == "count":
-                sy = sy2 = v.shape[0] + u
+                sy = sy2 = k
+                m, var = 1.0, 0.0
             elif func == "sum":
                 sy = float(v.sum()) + float((un * bm).sum())
                 sy2 = float((v * v).sum()) + float((un * (bm * bm + s2)).sum())
+                m, var = mu, s2
             else:
                 d = v - c
                 sy = float(d.sum()) + float((un * (bm - c)).sum())
                 sy2 = float((d * d).sum()) + float((un * ((bm - c) ** 2 + s2)).sum())
-            tot += r * (r - 1.0) * a / (a - 1.0) * max(sy2 - sy * sy / a, 0.0)
+                m, var = mu - c, s2
+            p = (k + 1.0) / (a + 2.0)
+            sv = max(sy2 - sy * sy / a, 0.0) / (a - 1.0) if a > 1 else 0.0
+            tot += r * (r - 1.0) * a * max(sv, p * var + p * (1.0 - p) * m * m)
         return tot
 
     def _blind_zones(self, lo_t: float, now: float):
