@@ -51,7 +51,46 @@ Answer at ``now`` (``answer(qi, now) -> (estimate, error)``):
   ``n min(t, 1 - t)``);
   ``SE(AVG) = SE(SUM without the count term) / N``;
   ``SE(COUNT) = s_N`` (0: exact counts, but for the window-start zone); ``SE(MEDIAN)`` from the order statistics at
-  ``0.5 +- 1/sqrt(n)``.  With nothing scanned the error is infinite.
+  ``0.5 +- 1/sqrt(n)``.  With nothing scanned the error is infinite.  With every
+  tuple of the window scanned (and none shed, below) the answer is exact, error 0
+  (MEDIAN: ``np.median``, the mean of the middle two of an even count).
+
+Budget (issue 16; one rule on a private and on a shared layer): a tick's
+income pays the inserts of the arrivals it admits, the summary lookups and the
+scans, all charged in :data:`.costs.COSTS`.  Arrivals are admitted by
+:meth:`PTSelection._admit`, the PT-Join's rule: all of them while the income
+covers two inserts per arrival, else a seeded uniform sample (hash of the
+arrival number) of ``f = I / (2 n c_insert)`` -- at most half the income on
+inserts, the rest buys lookups and scans.  A shed arrival is never scanned;
+what stands for it in the answer depends on what holds it:
+
+* shared layer: the layer (fed and paid by the engine) still counts it; it is
+  one of the unscanned tuples above (its bucket's mean, inside the error);
+* private layer (``source=None``): the layer holds only the admitted
+  arrivals; the operator counts the shed ones per zone (one ``node`` per zone
+  the tick sheds into) and every held tuple of zone ``z`` stands for ``r_z =
+  n_z / a_z`` arrivals (``a_z`` held, ``n_z`` arrived): scanned sums, scanned
+  and unscanned counts are weighted by ``r_z`` (a post-stratified
+  Horvitz-Thompson estimate; AVG and MEDIAN the weighted ratio / quantile),
+  ``U s^2`` becomes ``sum_z r_z^2 U_z s^2``, and the sampling variance
+  ``sum_z r_z (r_z - 1) a_z s_y^2``, ``s_y^2 = (sum y^2 - (sum y)^2 / a_z) /
+  (a_z - 1)``, joins ``SE^2`` (``y``: a held tuple's contribution -- 1 for
+  COUNT, its value for SUM, ``value - AVG`` for AVG; unscanned ones at their
+  bucket's mean, with ``s^2``; ``s_y^2`` at least what a share ``(k + 1) /
+  (a_z + 2)`` of held tuples in the query implies, ``k`` of them being in it:
+  a handful of held tuples all inside the query do not claim 0).  Shed arrivals of a zone of which nothing is held count with the
+  query's share of the held tuples (binomial count variance).  So COUNT on a
+  private layer is exact only while nothing is shed.
+
+Total charged ``<=`` allowance granted ``+`` the carried debt (the accounts
+below 0: a first region that alone costs more than the account, and the
+summary lookups charged after the fact -- :mod:`.admission`).  At 1 unit per
+tuple half the arrivals are shed; from 2 units all are admitted; a budget
+that covers every scan gives the exact aggregate with error 0.  Exact
+fallbacks (ON MISS EXACT) read :meth:`window_tuples`: a private layer that
+shed cannot answer them (it raises) unless built with ``keep_all=True`` (no
+shedding on a private layer: the inserts then take the whole income at
+1 unit per tuple, and the lookups run into debt, as before issue 16).
 
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave
@@ -71,6 +110,7 @@ import math
 import numpy as np
 
 from ...errors import SketchQLError
+from .costs import COSTS
 from .selection import PTSelection
 
 FUNCS = ("avg", "sum", "count", "median")
@@ -85,13 +125,14 @@ class PTAggregate(PTSelection):
     default ``price``), ``window`` (seconds), ``domain`` (value range of
     ``attr``), ``n_buckets``, ``zone_seconds``, ``seed``, ``source`` (None:
     a private value layer; a StreamIndex / ValueLayer: the shared one, see
-    :class:`PTSelection`).
+    :class:`PTSelection`), ``keep_all`` (private layer: admit every arrival, for exact
+    fallbacks; module doc "Budget").
     """
 
     def __init__(self, queries, func: str = "avg", attr: str = "item", value_attr: str = "price",
                  stream: int = 0, window: float = 60.0, domain=None, n_buckets: int = 128,
                  zone_seconds: float = 2.0, seed: int = 0, bank: float = 0.0, name: str | None = None,
-                 probe_batch="auto", source=None):
+                 probe_batch="auto", source=None, keep_all: bool = False):
         func = str(func).lower()
         if func not in FUNCS:
             raise SketchQLError(f"PTAggregate: func must be one of {FUNCS}, got {func!r}")
@@ -112,14 +153,65 @@ class PTAggregate(PTSelection):
         self._inr = [dict() for _ in range(nq)]      # partial (zone, bucket) -> in-range tuples scanned
         self._q_partial = [{int(x): True for x in b[f < 1.0].tolist()} for b, f in self._q_buckets]
         self._shedc = [dict() for _ in range(nq)]    # zone -> per bucket: shed tuples compared
+        self.keep_all = bool(keep_all)
 
     @property
     def _sheds(self) -> bool:
-        """An aggregate sheds arrivals (:meth:`PTSelection._admit`) only on a shared layer: the
-        layer's exact counts still hold the shed tuples, so :meth:`answer` counts them among the
-        unscanned ones (estimated with the bucket's mean, in the error); a private layer would
-        not hold them at all (COUNT and SUM would be low)."""
-        return self.shared
+        """An aggregate sheds like every PT operator (:meth:`PTSelection._admit`, module doc
+        "Budget"), but for ``keep_all`` on a private layer (a shared layer holds the shed
+        arrivals anyway)."""
+        return self.shared or not getattr(self, "keep_all", False)
+
+    def window_tuples(self, t_from: float, t_to: float, lo=-math.inf, hi=math.inf, columns=()):
+        """:meth:`PTSelection.window_tuples` (the exact window: ON MISS EXACT's fallback).  A
+        private layer does not hold the arrivals it shed: asked for a span in which it shed
+        some, this raises instead of answering from the held part (an "exact" answer short by the
+        shed tuples); ``keep_all`` keeps every arrival for such a caller."""
+        if not self.shared:
+            zl = self.zone_seconds
+            shed = sum(c for z, c in self._shed_zones().items() if (z + 1) * zl > t_from and z * zl <= t_to)
+            if shed:
+                raise SketchQLError(
+                    f"{self.name}: the exact window ({t_from:g}, {t_to:g}] is not held: the private value layer "
+                    f"shed {shed} of its arrivals to stay within the budget (PTAggregate(keep_all=True) keeps "
+                    f"them: an exact fallback such as ON MISS EXACT needs it on a private layer)")
+        return super().window_tuples(t_from, t_to, lo, hi, columns)
+
+    def _shed_zones(self) -> dict:
+        """Private layer: zone -> arrivals shed in it (an operator restored from an older
+        checkpoint has none yet)."""
+        return self.__dict__.setdefault("_shed_z", {})
+
+    def _admit(self, batch, m, income: float):
+        """:meth:`PTSelection._admit` (the one admission rule); on a private layer the shed
+        arrivals are also counted per zone -- one summary update (``node``) per zone the tick
+        sheds into, charged to the queries -- so that :meth:`answer` can weigh the zone's held
+        tuples by ``n_z / a_z``."""
+        mm = super()._admit(batch, m, income)
+        if not self.shared and mm is not m:
+            gone = m & ~mm
+            if gone.any():
+                z, c = np.unique(np.floor(batch.ts[gone] / self.zone_seconds).astype(np.int64),
+                                 return_counts=True)
+                sz = self._shed_zones()
+                for zz, cc in zip(z.tolist(), c.tolist()):
+                    sz[zz] = sz.get(zz, 0) + cc
+                cost = COSTS["node"] * z.shape[0]
+                self._stats["work"] += cost
+                for qi in range(len(self.queries)):
+                    self._account[qi] -= cost * self._share[qi]
+        return mm
+
+    def _zone_weight(self, z) -> float:
+        """Arrivals of zone ``z`` per tuple the layer holds of it: ``(a_z + shed_z) / a_z`` on a
+        private layer that shed in the zone, else 1."""
+        if self.shared:
+            return 1.0
+        shed = self._shed_zones().get(z, 0)
+        if not shed:
+            return 1.0
+        zone = self.layer.zones.get(z)
+        return (zone.n + shed) / zone.n if zone is not None and zone.n else 1.0
 
     def _on_add_query(self, qi) -> None:
         self._scanned.append({})
@@ -214,6 +306,11 @@ class PTAggregate(PTSelection):
             if len(sc) > 2 * (len(zones) + 1):
                 for k in [k for k in sc if k not in zones]:
                     del sc[k]
+        sz = self._shed_zones()
+        if len(sz) > 2 * (len(zones) + 1) and math.isfinite(self.layer.keep):
+            lim = self.layer.now - self.layer.keep
+            for k in [k for k in sz if (k + 1) * self.zone_seconds <= lim]:
+                del sz[k]
         for sc in self._shed_counts():
             if len(sc) > 2 * (len(zones) + 1):
                 for k in [k for k in sc if k not in zones]:
@@ -242,7 +339,11 @@ class PTAggregate(PTSelection):
         s_sum = 0.0
         s_vals = []
         s_bkt = []
+        s_wt = []
         unscanned_n = np.zeros(b.shape[0])
+        U2 = 0.0                # sum over zones of r_z^2 (unscanned tuples held of zone z)
+        U_held = 0.0            # unscanned tuples held, unweighted
+        strata = []             # private layer, zones that shed: (r_z, a_z, scanned values, unscanned per bucket)
         count_unc = 0.0
         upto = self._upto[qi]
         inr = self._inr[qi]
@@ -252,20 +353,23 @@ class PTAggregate(PTSelection):
         for z in self.layer.zones_between(lo_t, now):
             if z <= self._z_before:        # shared layer: zones before the query's first arrival
                 continue
+            r = self._zone_weight(z)
             zs, ze = z * zl, (z + 1) * zl
             tfrac = 1.0 if zs >= lo_t else max(0.0, (ze - lo_t) / zl)
             cnt = self.counts(z)[b]
             done = upto[z][b] if z in upto else np.zeros(b.shape[0], np.int64)
             parts = scanned.get(z)
+            v = np.zeros(0)
             if parts:
                 if len(parts) > 1:      # compact: one (buckets, ts, price) triple per zone
                     parts[:] = [tuple(np.concatenate([p[i] for p in parts]) for i in range(3))]
                 bk, t_, v = parts[0]
                 m = t_ > lo_t
                 v = v[m]
-                s_sum += float(v.sum())
+                s_sum += r * float(v.sum())
                 s_vals.append(v)
                 s_bkt.append(jpos[bk[m]])
+                s_wt.append(np.full(v.shape[0], r))
             rem = (cnt - done).astype(np.float64)
             share, unc = self._zone_frac(qi, z)
             # in-range tuples not scanned: the exact in-range count minus those scanned
@@ -287,15 +391,31 @@ class PTAggregate(PTSelection):
                     t_last = max(float(upto_t[b[j]]) if upto_t is not None else -math.inf, t_zone)
                     if t_last > zs:
                         tf[j] = min(1.0, max(0.0, (ze - max(lo_t, t_last)) / max(ze - t_last, 1e-12)))
-            unscanned_n += rem_in * tf
-            count_unc += float((unc * rem / np.maximum(cnt, 1) * tf).sum())
+            un_z = rem_in * tf
+            U_held += float(un_z.sum())
+            if r == 1.0:
+                unscanned_n += un_z
+            else:
+                unscanned_n += r * un_z
+                U2 += r * r * float(un_z.sum())
+                strata.append((r, self.layer.zones[z].n, v, un_z))
+            cu = float((unc * rem / np.maximum(cnt, 1) * tf).sum())
             if tfrac < 1.0:
-                count_unc += float((rem_in * np.minimum(tf, 1 - tf)).sum())
+                cu += float((rem_in * np.minimum(tf, 1 - tf)).sum())
+            count_unc += r * cu
         vals = np.concatenate(s_vals) if s_vals else np.zeros(0)
         vb = np.concatenate(s_bkt) if s_bkt else np.zeros(0, np.int64)
         n = vals.shape[0]
         U = float(unscanned_n.sum())
-        N = n + U
+        if strata:
+            wv = np.concatenate(s_wt) if s_wt else np.zeros(0)
+            N = float(wv.sum()) + U
+            U2 += U - sum(s[0] * float(s[3].sum()) for s in strata)    # the zones that shed nothing
+        else:
+            wv = None
+            N = n + U
+            U2 = U
+        blind = self._blind_zones(lo_t, now)
         if n:
             gmean = float(vals.mean())
             sd = float(vals.std(ddof=1)) if n > 1 else abs(gmean)
@@ -326,15 +446,38 @@ class PTAggregate(PTSelection):
         bm = np.where(np.isfinite(bm), bm, 0.0)
         est_sum = s_sum + float((unscanned_n * bm).sum())
         # SE of the unscanned part: tuple noise + uncertainty of the means
-        se2_unscanned = U * s2 + float((unscanned_n ** 2 * np.where(np.isfinite(var_m), var_m, s2)).sum())
+        se2_unscanned = U2 * s2 + float((unscanned_n ** 2 * np.where(np.isfinite(var_m), var_m, s2)).sum())
+        sampled = bool(strata) or blind[0] > 0
+        if blind[0] > 0:
+            # shed arrivals of zones the layer holds nothing of: the query's share of the held
+            # tuples in the window (p), their mean the query's; their count is binomial
+            bn, bunc = blind
+            held = float(sum(z.n for zz, z in self.layer.zones.items() if (zz + 1) * zl > lo_t and zz * zl <= now))
+            if held > 0:
+                p = min(1.0, (n + U_held) / held)
+                count_unc += bunc * p
+                bvar_n = bn * p * (1.0 - p) + bn * bn * p * (1.0 - p) / held
+            else:                   # nothing held in the window: anywhere in [0, bn]
+                p = 0.5
+                count_unc += 0.5 * bn
+                bvar_n = 0.0
+            N += bn * p
+            est_sum += bn * p * (gmean if math.isfinite(gmean) else 0.0)
+            bnoise = bn * p * s2
+        else:
+            bvar_n = bnoise = 0.0
         if self.func == "count":
-            return float(N), 1.96 * count_unc
+            if not sampled:
+                return float(N), 1.96 * count_unc
+            return float(N), 1.96 * math.sqrt(count_unc ** 2 + self._strata_var(strata, "count", bm, s2, 0.0, 1.0) + bvar_n)
         if self.func == "sum":
-            if U == 0 and count_unc == 0:
+            if U == 0 and count_unc == 0 and not sampled:
                 return est_sum, 0.0
             if n == 0:
                 return est_sum, math.inf
             se2 = se2_unscanned + (count_unc * gmean) ** 2
+            if sampled:
+                se2 += self._strata_var(strata, "sum", bm, s2, 0.0, gmean) + bvar_n * gmean * gmean + bnoise
             return est_sum, 1.96 * math.sqrt(se2)
         if self.func == "avg":
             if N <= 0:
@@ -342,23 +485,82 @@ class PTAggregate(PTSelection):
             if n == 0:
                 return gmean, math.inf
             avg = est_sum / N
-            if U == 0:
+            if U == 0 and not sampled:
                 return avg, 0.0
-            return avg, 1.96 * math.sqrt(se2_unscanned) / N
+            se2 = se2_unscanned
+            if sampled:
+                se2 += self._strata_var(strata, "avg", bm, s2, avg, gmean) + bnoise
+            return avg, 1.96 * math.sqrt(se2) / N
         # median
         if n == 0:
             return float("nan"), math.inf
-        tot_b = np.bincount(vb, minlength=b.shape[0]).astype(float)
-        wts = (tot_b[vb] + unscanned_n[vb]) / np.maximum(tot_b[vb], 1.0)
+        if wv is None:
+            tot_b = np.bincount(vb, minlength=b.shape[0]).astype(float)
+            wts = (tot_b[vb] + unscanned_n[vb]) / np.maximum(tot_b[vb], 1.0)
+        else:
+            tot_b = np.bincount(vb, weights=wv, minlength=b.shape[0])
+            wts = wv * (tot_b[vb] + unscanned_n[vb]) / np.maximum(tot_b[vb], 1.0)
+        if U == 0 and not sampled:      # every tuple of the window scanned: the exact median
+            return float(np.median(vals)), 0.0
         o = np.argsort(vals, kind="stable")
         cw = np.cumsum(wts[o]) / wts.sum()
         med = float(vals[o][min(int(np.searchsorted(cw, 0.5)), n - 1)])
-        if U == 0:
-            return med, 0.0
         d = 1.0 / math.sqrt(n)
         lo_v = float(vals[o][min(int(np.searchsorted(cw, max(0.0, 0.5 - d))), n - 1)])
         hi_v = float(vals[o][min(int(np.searchsorted(cw, min(1.0, 0.5 + d))), n - 1)])
         return med, max(med - lo_v, hi_v - med)
+
+    @staticmethod
+    def _strata_var(strata, func, bm, s2, c, mu) -> float:
+        """Sampling variance of the zones' weighting (private layer, module doc "Budget"): zone z
+        held a uniform sample of ``a_z`` of its arrivals, each weighed ``r_z``; with ``y`` a
+        tuple's contribution (1 for COUNT, its value for SUM, ``value - c`` for AVG's
+        linearized ratio; 0 outside the query), ``Var = sum_z r_z (r_z - 1) a_z s_y^2`` with
+        ``s_y^2 = (sum y^2 - (sum y)^2 / a_z) / (a_z - 1)``, the unscanned held tuples' sums taken
+        at their buckets' means ``bm`` with the price variance ``s2``.  A few held tuples can
+        all fall inside (or outside) the query, which makes that ``s_y^2`` 0: it is at least the
+        one of a share ``p = (k + 1) / (a_z + 2)`` of the tuples in the query (``k`` of the held
+        ones are), values of mean ``mu`` and variance ``s2``: ``p s2 + p (1 - p) m^2`` (``m`` =
+        1 for COUNT, ``mu`` for SUM, ``mu - c`` for AVG)."""
+        tot = 0.0
+        for r, a, v, un in strata:
+            if a < 1:
+                continue
+            u = float(un.sum())
+            k = v.shape[0] + u
+            if func == "count":
+                sy = sy2 = k
+                m, var = 1.0, 0.0
+            elif func == "sum":
+                sy = float(v.sum()) + float((un * bm).sum())
+                sy2 = float((v * v).sum()) + float((un * (bm * bm + s2)).sum())
+                m, var = mu, s2
+            else:
+                d = v - c
+                sy = float(d.sum()) + float((un * (bm - c)).sum())
+                sy2 = float((d * d).sum()) + float((un * ((bm - c) ** 2 + s2)).sum())
+                m, var = mu - c, s2
+            p = (k + 1.0) / (a + 2.0)
+            sv = max(sy2 - sy * sy / a, 0.0) / (a - 1.0) if a > 1 else 0.0
+            tot += r * (r - 1.0) * a * max(sv, p * var + p * (1.0 - p) * m * m)
+        return tot
+
+    def _blind_zones(self, lo_t: float, now: float):
+        """Private layer: (arrivals shed in the window's zones of which the layer holds no tuple,
+        pro-rated by the zone's share in the window; the part of them that pro-rating makes
+        uncertain) -- nothing held stands for them."""
+        if self.shared:
+            return 0.0, 0.0
+        zl = self.zone_seconds
+        bn = bu = 0.0
+        for z, c in self._shed_zones().items():
+            zs, ze = z * zl, (z + 1) * zl
+            if ze <= lo_t or zs > now or z in self.layer.zones:
+                continue
+            t = 1.0 if zs >= lo_t else (ze - lo_t) / zl
+            bn += c * t
+            bu += c * min(t, 1.0 - t)
+        return bn, bu
 
     def answers(self, now: float | None = None):
         """(estimates, errors) arrays over all queries."""

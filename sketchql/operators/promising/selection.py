@@ -43,6 +43,16 @@ and ``current(q, now)`` drops the expired results.
 The CPU is shared by the queries round robin in proportion to their weights:
 each tick's budget (after the shared ingest cost) is split by weight.
 
+Budget (issue 16, the same on a private and a shared layer): a tick's income
+pays the inserts of the arrivals it admits (:meth:`PTSelection._admit`: at
+most half of it once it covers less than two inserts per arrival), then the
+summary lookups of step (b) (a query registers closed zones only while its
+account is positive; the others wait, :meth:`_register`), then the scans
+(a batch is cut where its exact cost reaches the account; a first region
+that alone costs more is scanned anyway).  Work charged <= allowance granted
++ the carried debt (the accounts below 0): at most one region's scan or one
+zone's lookups, plus the realized excess of a tick's sampled inserts.
+
 >>> import numpy as np
 >>> from sketchql.data import generate_stores, interleave
 >>> from sketchql.approx import WorkBudget, replay
@@ -290,7 +300,8 @@ class PTSelection:
         budget buys output in proportion to it.  A shed arrival is neither in the operator's
         layer nor (shared layer) in its row map: never found.  (Ingesting every arrival, at 1
         unit per tuple the inserts took the whole income and the lookups went into a debt that
-        only grew: 0 rows, AVG NaN, 3.1 % over the allowance.)"""
+        only grew: 0 rows, AVG NaN, 3.1 % over the allowance.)  What stands for a shed arrival in
+        an aggregate's answer (shared or private layer): :mod:`.aggregates`, "Budget"."""
         from .admission import ingest_fraction, keep_mask
         n = int(m.sum())
         keep = keep_mask(None, batch.seq[m], ingest_fraction(income, n, COSTS["insert"]),
@@ -335,9 +346,10 @@ class PTSelection:
             self.view.prune(self.now - self.window - 2 * self.zone_seconds)
             if getattr(self, "_shed_view", None) is not None:
                 self._shed_view.prune(self.now - self.window - 2 * self.zone_seconds)
-        self._register(closed_only=True)
         for qi in range(len(self.queries)):
             self._account[qi] += units * self._share[qi]
+        self._register(closed_only=True)
+        for qi in range(len(self.queries)):
             if self._account[qi] > 0:
                 self._dispatch(qi)
         self._forget()
@@ -370,21 +382,41 @@ class PTSelection:
         in (t_start, t_end] enter the query's pending heap by promise (only
         their part not yet scanned by an idle pass, see ``_dispatch``); a
         summary lookup costs ``node`` per (query, bucket, zone), charged to
-        the query."""
+        the query.  Zones are registered oldest first while the query's
+        account (this tick's income included) is positive; the others wait
+        for a later tick (the query is then not idle, ``_dispatch``), so the
+        lookups never run a debt beyond one zone's (issue 16: at a budget
+        below the lookups' cost they were charged anyway, a debt that only
+        grew); a zone that left the window unregistered is skipped free."""
         if not math.isfinite(self.now):   # nothing has arrived yet (e.g. registered before data)
             return
         cur_zone = math.floor(self.now / self.zone_seconds)
         t_end = cur_zone - 1 if closed_only else cur_zone
         t0 = min(self._t_start)
         new = [z for z in self.layer.zones_between(-math.inf, self.now) if t0 < z <= t_end]
+        wait = self.__dict__.setdefault("_reg_wait", [False] * len(self.queries))
+        wait[:] = [False] * len(self.queries)
         if not new:
             return
+        horizon = self.now - self.window
+        zs = self.zone_seconds
         for qi, q in enumerate(self.queries):
             b, frac = self._q_buckets[qi]
             heap = self._pending[qi]
             upto = self._upto[qi]
             mine = [z for z in new if z > self._t_start[qi]]
+            cost = COSTS["node"] * b.shape[0]
+            units = 0.0
+            last = self._t_start[qi]
             for z in mine:
+                if (z + 1) * zs <= horizon:
+                    last = z
+                    continue
+                if self._account[qi] - units <= 0:
+                    wait[qi] = True
+                    break
+                units += cost
+                last = z
                 cnt = self.counts(z)[b]
                 done = upto[z][b] if z in upto else 0
                 rem = cnt - done
@@ -392,10 +424,9 @@ class PTSelection:
                 key = self._keys(qi, z, b[ok], rem[ok], frac[ok])
                 for p, bb in zip(key.tolist(), b[ok].tolist()):
                     heapq.heappush(heap, (p, -z, bb))
-            units = COSTS["node"] * b.shape[0] * len(mine)
             self._account[qi] -= units
             self._stats["work"] += units
-        self._t_start = [max(t, t_end) for t in self._t_start]
+            self._t_start[qi] = max(self._t_start[qi], last)
 
     def _zone_arrays(self, qi, z):
         """(scanned counts, row watermarks, last scan times) of query qi's cells in zone z."""
@@ -574,7 +605,9 @@ class PTSelection:
                         acct = self._scan(qi, cur, int(b[j]), acct)
                 if complete:   # every tuple of the zone so far is scanned: the rest arrives later
                     self._zone_t[qi][cur] = self.now
-            if acct > 0:  # idle: at most ``bank`` units (split by weight) are kept for later
+            if acct > 0 and not self.__dict__.get("_reg_wait", [False] * (qi + 1))[qi]:
+                # idle: at most ``bank`` units (split by weight) are kept for later; a query
+                # whose zones wait for registration (_register) keeps its account
                 acct = min(acct, self.bank * self._share[qi])
         self._account[qi] = acct
 
