@@ -163,8 +163,6 @@ def test_private_window_tuples_refuses_a_shed_window():
     assert keep.stats()["shed"] == 0 and c["v"].sum() == pytest.approx(v[sel].sum(), rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the planner to set PTAggregate.keep_all for ON MISS EXACT on a "
-                                       "private layer (sketchql/planner/promising_single.py, not hV's file)")
 def test_exact_fallback_private_through_sql():
     r, _ = _exact_fallback_run(False, False)
     got, err, want = r.T

@@ -282,6 +282,10 @@ class PTAggregateNode(_Base):
         self._last = None
         self.max_rel_error = None if max_rel_error is None else float(max_rel_error)
         self.on_miss = (on_miss or "return").lower()
+        if self.on_miss == "exact" and self.max_rel_error is not None and hasattr(op, "keep_all"):
+            # the exact fallback reads the window from the operator's layer: a private one must hold
+            # every arrival (PTAggregate module doc, "Budget"); a shared one holds them anyway
+            op.keep_all = True
         self.misses = 0
         self.exact_fallbacks = 0
         self.failed_since = None      # ON MISS FAIL: when the error row replaced the answer
