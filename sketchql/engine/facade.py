@@ -20,6 +20,7 @@ from .control_tables import ControlTables
 from .heap import keep_freed_heap
 from .index_adapter import _build_indexes
 from .query import Query
+from .runner import fail_query
 from .streams import StreamHandle
 
 
@@ -167,22 +168,6 @@ class _Batch:
         eng._stream_changed(None)
         eng.allocator._sig = self.sig
         eng.allocator._tracked_cache = None
-
-
-class _PlanError(SketchQLError):
-    """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
-    rows = cap = None
-
-
-def _fail_query(q: Query, exc: Exception, before: float) -> None:
-    """Fail ``q`` for ``exc`` raised in its step from clock ``before`` (see :meth:`Engine._dispatch`)."""
-    import traceback
-    now = q.clock
-    what = f"{type(exc).__name__} in its plan: {exc}"
-    q._fail(now, _PlanError(what), before)
-    q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
-                f"the other queries went on (register it again to continue)")
-    q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 class Engine:
@@ -589,7 +574,8 @@ class Engine:
         applies what the buffer releases, in timestamp order; tuples later than the slack follow
         ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).
         An error raised inside one query's step fails that query (:meth:`_dispatch`); the batch
-        reaches every other query.
+        reaches every other query.  Under a global scheduler (knob ``scheduler``) the step runs in a
+        scheduler turn and fails its query there, alike (:meth:`PlanRunner.fail`): the push does not raise.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
@@ -812,7 +798,8 @@ class Engine:
 
     def run(self, budget: Optional[float] = None) -> float:
         """Give the scheduler ``budget`` work units (None: until every queue is empty); returns
-        the units spent.  Inline (no scheduler) there is nothing queued: returns 0."""
+        the units spent.  Inline (no scheduler) there is nothing queued: returns 0.  An operator
+        error in a turn fails that operator's query (state 'failed', as inline); it does not raise."""
         if self.scheduler is None:
             return 0.0
         return self.scheduler.run(budget)
@@ -868,7 +855,7 @@ class Engine:
             except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
                 if q.failed is not None:       # failed inside already (e.g. over max_rows_per_step): as before
                     raise
-                _fail_query(q, exc, before)
+                fail_query(q, exc, before)     # (the scheduler's tasks fail a query alike)
 
     def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
         by_stream = q.stream_sources()
