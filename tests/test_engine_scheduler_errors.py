@@ -224,3 +224,72 @@ def test_max_rows_per_step_under_a_scheduler_keeps_the_inline_results(strategy):
         _feed([e], _pushes(seed=5), end=30.0)
         out[s] = (j.state, j.clock, j.failed, _rows(j.results()), _rows(c.results()), j._instants)
     assert out[strategy][0] == "failed" and out[strategy] == out["inline"]
+
+
+PT = ("SELECT A.k, A.ts, B.ts FROM A, B WHERE A.k = B.k WITH PREFERENCE {} A.k "
+      "FADE FACTOR 0.8 WINDOW 30 SECONDS WITHIN 4 PROBES PER TUPLE")
+PT_DDL = """CREATE STREAM A (k INT, v DOUBLE) TIMESTAMP ts; CREATE STREAM B (k INT, v DOUBLE) TIMESTAMP ts;
+CREATE SUMMARY sa ON A (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4);
+CREATE SUMMARY sb ON B (k) WITH GRANULARITY 10 SECONDS AND COLLAPSE(2, 4)"""
+
+
+def _pt_engine(strategy, sqls, work):
+    e = Engine(seed=3)
+    e.execute(PT_DDL)
+    if strategy != "inline":
+        e.set_control("scheduler", strategy)
+        e.set_control("quantum", 16)
+        e.set_control("work_per_push", work)
+    qs = [e.register(s) for s in sqls]
+    for q in qs:
+        q.set_knob("retain_changes", None)
+    return e, qs
+
+
+def _pt_feed(engines, t_from, t_to):
+    rng = np.random.default_rng(1)
+    ts = np.round(np.arange(1, 321) * 0.25, 6)
+    ka, kb = rng.zipf(1.3, size=(2, ts.shape[0])) % 150
+    for t0 in np.arange(t_from, t_to, 5.0):
+        m = (ts > t0) & (ts <= t0 + 5.0 + 1e-9)
+        for e in engines:
+            e.push("A", {"ts": ts[m], "k": ka[m], "v": np.ones(m.sum())})
+            e.push("B", {"ts": ts[m], "k": kb[m], "v": np.ones(m.sum())})
+    for e in engines:
+        e.run()
+
+
+@pytest.mark.parametrize("strategy, work", [("inline", None), ("round_robin", 0.0), ("chain", 40.0)] + [
+    pytest.param(s, w, marks=pytest.mark.slow) for s in STRATEGIES[1:] for w in (None, 0.0, 40.0)
+    if (s, w) not in (("round_robin", 0.0), ("chain", 40.0))])
+def test_a_failing_pt_join_on_a_shared_index_fails_alone(strategy, work):
+    """A promising-tuple join fails in its step; another PT join probing the same shared indexes and a
+    count go on exactly as in an engine without the failing join (also after a checkpoint / restore);
+    the failed join keeps the inline results.  (No heartbeat: the budget a heartbeat gives the PT joins
+    for a silent gap reaches them before their queued steps under a bounded scheduler, so with one their
+    output depends on the co-registered queries even without a failure -- see the report of hW.)"""
+    sqls = [PT.format("desc"), PT.format("weighted"), "SELECT COUNT(*) AS n FROM A [RANGE 10]"]
+    eng, qs = _pt_engine(strategy, sqls, work)
+    twin, tq = _pt_engine(strategy, sqls[1:], work)
+    inl, iq = _pt_engine("inline", sqls, None)
+    for q in (qs[0], iq[0]):
+        (node,) = [n for n in q.plan.nodes if n.kind == "pt_join"]
+        _fault(node.op, "step", [], at=20.0)
+    _pt_feed([eng, twin, inl], 0.0, 60.0)
+    eng2 = loads(dumps(eng))
+    _pt_feed([eng, eng2, twin, inl], 60.0, 80.0)
+    v = qs[0]
+    assert v.state == "failed" and "RuntimeError in its plan: forced failure" in v.failed
+    assert v.failed == iq[0].failed and v.clock == iq[0].clock < 20.0
+    assert _rows(v.results()) == _rows(iq[0].results())
+    for e in (eng, eng2):
+        assert e.queries[0].state == "failed"
+        _no_queues(e.queries[0])
+    assert len(tq[0].results()) > 100 and len(tq[1].results()) > 10
+    if strategy in ("greedy", "chain") and work == 0.0:
+        pytest.xfail("not the failure: two PT joins on one shared index, steps queued (work_per_push 0) under "
+                     "greedy / chain, differ from inline even with no fault (weighted: 1096 vs 1051 pairs, desc "
+                     "1387 vs 1349; at full budget equal) -- reported by hW")
+    for e in (eng, eng2):
+        for q, t in zip(e.queries[1:], tq):
+            assert q.state == "active" and _rows(q.results()) == _rows(t.results())
