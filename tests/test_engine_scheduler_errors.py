@@ -293,3 +293,33 @@ def test_a_failing_pt_join_on_a_shared_index_fails_alone(strategy, work):
     for e in (eng, eng2):
         for q, t in zip(e.queries[1:], tq):
             assert q.state == "active" and _rows(q.results()) == _rows(t.results())
+
+
+@pytest.mark.parametrize("strategy, work", [(s, None) for s in STRATEGIES] + [("round_robin", 0.0)])
+def test_an_error_in_a_pt_join_s_idle_probing_fails_that_query_only(strategy, work):
+    """A heartbeat over a silent gap gives the PT joins idle budget (operator code outside any step):
+    one join's idle raises.  The heartbeat does not raise; that join fails at its clock with every step
+    up to it kept (the inline results); the other PT join and the count equal a twin without it; the
+    next pushes and a checkpoint / restore work."""
+    sqls = [PT.format("desc"), PT.format("weighted"), "SELECT COUNT(*) AS n FROM A [RANGE 10]"]
+    eng, qs = _pt_engine(strategy, sqls, work)
+    twin, tq = _pt_engine(strategy, sqls[1:], work)
+    inl, iq = _pt_engine("inline", sqls, None)
+    for q in (qs[0], iq[0]):
+        (node,) = [n for n in q.plan.nodes if n.kind == "pt_join"]
+        _fault(node.op, "idle", [], exc=RuntimeError("idle broke"), at=-np.inf)
+    _pt_feed([eng, twin, inl], 0.0, 40.0)
+    for e in (eng, twin, inl):
+        e.heartbeat("A", 45.0)                 # A's silent gap: idle budget to the joins reading A
+    v, iv = qs[0], iq[0]
+    assert v.state == "failed" and "RuntimeError in its plan: idle broke" in v.failed
+    assert v.failed == iv.failed and v.clock == iv.clock == 40.0
+    assert _rows(v.results()) == _rows(iv.results()) and len(v.results()) > 100
+    assert v._instants == iv._instants and v._instants[-1] == 40.0
+    _no_queues(v)
+    eng2 = loads(dumps(eng))
+    _pt_feed([eng, eng2, twin], 45.0, 80.0)
+    for e in (eng, eng2):
+        assert e.queries[0].state == "failed" and e.queries[0].clock == 40.0
+        for q, t in zip(e.queries[1:], tq):
+            assert q.state == "active" and _rows(q.results()) == _rows(t.results())

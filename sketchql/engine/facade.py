@@ -824,7 +824,7 @@ class Engine:
         if units <= 0 or not nodes or w <= 0:
             return
         for q, n in nodes:
-            n.op.idle(units * q.weight / w)
+            self._idle_op(q, n, lambda: units * q.weight / w)
 
     def _heartbeat_budget(self, h: StreamHandle, gap: float) -> None:
         """A heartbeat over a silent gap brings the PT operators reading ``h`` the budget the
@@ -833,7 +833,31 @@ class Engine:
             return
         rate = h.planner_stats().rate
         for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
-            n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
+            self._idle_op(q, n, lambda: float(n.op.budget_units()) * rate * gap * q.weight)
+
+    def _idle_op(self, q: Query, n, units) -> None:
+        """``n.op.idle(units())``: idle budget for a PT operator of query ``q``.  An error there fails
+        ``q`` as an error of its step does (:meth:`_dispatch`), instead of raising out of the heartbeat or
+        :meth:`idle` half-way: results up to its clock kept (under a scheduler its queued steps are
+        completed first: :meth:`PlanRunner.fail`), a shared operator is marked broken, so every query
+        sharing it fails at its next step (and gets no more idle budget)."""
+        from .sharing import SharedConsumer
+        shared = n.op.shared if isinstance(n.op, SharedConsumer) else None
+        if not q.active or (shared is not None and shared._broken is not None):
+            return
+        try:
+            n.op.idle(units())
+        except Exception as exc:               # noqa: BLE001 -- this query fails, the others go on
+            if shared is not None:
+                shared._broken = SketchQLError(
+                    f"shared operator {type(shared.op).__name__} failed in its idle probing at t={q.clock:g} "
+                    f"({type(exc).__name__}: {exc}); every query sharing it fails")
+            instants = list(q._instants)       # every instant up to the clock was complete
+            if q._runner is not None:
+                q._runner.fail(q.clock, exc, complete_before=np.inf)
+            else:
+                fail_query(q, exc, q.clock)
+            q._instants = [t for t in instants if t <= q.clock]
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to

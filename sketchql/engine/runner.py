@@ -177,7 +177,7 @@ class PlanRunner:
         for t in self._leaves:
             t.inputs[0].append((now, inputs.get(t.node.source)))
 
-    def fail(self, now: float, exc: Exception) -> float:
+    def fail(self, now: float, exc: Exception, complete_before: float = None) -> float:
         """The step at ``now`` of one of this plan's tasks raised ``exc``: fail the query as the inline
         engine does, so that neither its state nor its results depend on the scheduler.
 
@@ -187,9 +187,12 @@ class PlanRunner:
         ``now``.  Should one of those steps raise, the query fails there instead (the earliest failure,
         as inline).  Then :func:`fail_query` (or, for :class:`StepRowLimit`, :meth:`Query._fail`) with
         ``before`` = that last delivered instant: state 'failed', every queue of the plan dropped, no
-        longer fed.  Returns the work units the completion cost (charged to the failing turn)."""
+        longer fed.  Returns the work units the completion cost (charged to the failing turn).
+
+        ``complete_before``: complete the steps older than it instead (``inf``: every queued step, for an
+        error outside the steps, e.g. of a PT operator's idle probing at the clock ``now``)."""
         q = self.query
-        spent = self._complete_before(now)
+        spent = self._complete_before(now if complete_before is None else complete_before)
         if q.failed is not None:               # an older step failed while completing
             return spent
         if isinstance(exc, StepRowLimit):
