@@ -114,7 +114,8 @@ class NodeTask:
         used = produced = 0
         cost = 0.0
         q = self.runner.query
-        while self.ready() and used < quantum and q.failed is None and self.head_stamp() < before:
+        while (self.ready() and used < quantum and q.failed is None
+               and (before == np.inf or self.head_stamp() < before)):
             entries = [x.popleft() for x in self.inputs]
             now = entries[0][0]
             ins = [x if (x is not None and len(x)) else None for _, x in entries]
