@@ -267,7 +267,7 @@ def test_a_failing_pt_join_on_a_shared_index_fails_alone(strategy, work):
     count go on exactly as in an engine without the failing join (also after a checkpoint / restore);
     the failed join keeps the inline results.  (No heartbeat: the budget a heartbeat gives the PT joins
     for a silent gap reaches them before their queued steps under a bounded scheduler, so with one their
-    output depends on the co-registered queries even without a failure -- see the report of hW.)"""
+    output depends on when their steps run even without a failure: 1051 vs 1190 pairs for one join.)"""
     sqls = [PT.format("desc"), PT.format("weighted"), "SELECT COUNT(*) AS n FROM A [RANGE 10]"]
     eng, qs = _pt_engine(strategy, sqls, work)
     twin, tq = _pt_engine(strategy, sqls[1:], work)
@@ -286,10 +286,14 @@ def test_a_failing_pt_join_on_a_shared_index_fails_alone(strategy, work):
         assert e.queries[0].state == "failed"
         _no_queues(e.queries[0])
     assert len(tq[0].results()) > 100 and len(tq[1].results()) > 10
-    if strategy in ("greedy", "chain") and work == 0.0:
-        pytest.xfail("not the failure: two PT joins on one shared index, steps queued (work_per_push 0) under "
-                     "greedy / chain, differ from inline even with no fault (weighted: 1096 vs 1051 pairs, desc "
-                     "1387 vs 1349; at full budget equal) -- reported by hW")
+    ahead = [getattr(n.op, "steps_index_ahead", 0) for q in eng.queries[1:] for n in q.plan.nodes
+             if n.kind == "pt_join"]
+    if any(ahead):
+        # the documented limit of the lockstep feed (engine.index_feed, private_equivalent): a scheduler
+        # running one PT join's older step after another's newer one (greedy / chain with queued steps)
+        # lets the shared index be ahead for it, so its answer depends on the other joins -- with no fault
+        # too (weighted 1096 vs 1051 pairs inline, desc 1387 vs 1349; equal at full budget)
+        pytest.xfail(f"shared index ahead of {ahead} PT steps: the twin is not an oracle here")
     for e in (eng, eng2):
         for q, t in zip(e.queries[1:], tq):
             assert q.state == "active" and _rows(q.results()) == _rows(t.results())
