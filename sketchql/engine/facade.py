@@ -852,34 +852,40 @@ class Engine:
                 shared._broken = SketchQLError(
                     f"shared operator {type(shared.op).__name__} failed in its idle probing at t={q.clock:g} "
                     f"({type(exc).__name__}: {exc}); every query sharing it fails")
-            instants = list(q._instants)       # every instant up to the clock was complete
             if q._runner is not None:
                 q._runner.fail(q.clock, exc, complete_before=np.inf)
             else:
                 fail_query(q, exc, q.clock)
-            q._instants = [t for t in instants if t <= q.clock]
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
         the least clock of its streams; the other queries are not touched (``_queries.on_stream``).
 
         An error raised while one query is stepped fails that query only: state 'failed',
-        :attr:`Query.failed` names the error, its results up to its previous step stay readable, it
+        :attr:`Query.failed` names the error, its results up to its last recorded step stay readable (the
+        previous one; this one if the error came after its rows were recorded, e.g. in the audit shadow), it
         is no longer fed (as one over ``max_rows_per_step``), and every other query reading ``h``
         still gets the batch, so the next push works.  The error is charged to the registered query
         being dispatched, whatever raised it inside (its plan, a shared operator, its precision
-        wrapper or audit shadow)."""
+        wrapper or audit shadow).  Under a scheduler the query's steps queued up to its clock are
+        completed first (:meth:`PlanRunner.fail`), so it keeps what it keeps inline; an error inside a
+        scheduled step is charged in the scheduler's turn, alike."""
         key = h.name.lower()
         for q in self._queries.on_stream(key):
             if not q.active:
                 continue
-            before = q.clock
             try:
                 self._step_query(q, key, b, rows)
             except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
                 if q.failed is not None:       # failed inside already (e.g. over max_rows_per_step): as before
                     raise
-                fail_query(q, exc, before)     # (the scheduler's tasks fail a query alike)
+                # results kept up to the last step recorded: the one before, or this one when the error
+                # came after its rows were (the audit shadow steps after the plan); scheduled, the steps
+                # fed up to the clock are completed first (their plan part did not fail), as inline
+                if q._runner is not None:
+                    q._runner.fail(q.clock, exc, complete_before=np.nextafter(q.clock, np.inf))
+                else:
+                    fail_query(q, exc, q._done_at)
 
     def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
         by_stream = q.stream_sources()

@@ -49,12 +49,14 @@ def fail_query(q, exc: Exception, before: float, now: float = None) -> None:
     case); ``before`` = the last instant whose results it recorded (inline: its clock before the step).
 
     State 'failed' (:attr:`Query.failed` names the error; ``fail_traceback`` holds the traceback), the
-    results up to ``before`` stay readable, its clock goes back to ``before``, it is no longer fed and its
-    queues are dropped (:meth:`Query._fail`)."""
+    results up to ``before`` stay readable, its clock goes back to ``before`` (its RSTREAM instants after
+    it are dropped), it is no longer fed and its queues are dropped (:meth:`Query._fail`)."""
     import traceback
     now = q.clock if now is None else now
     what = f"{type(exc).__name__} in its plan: {exc}"
+    instants = list(q._instants)
     q._fail(now, _PlanError(what), before)
+    q._instants = [t for t in instants if t <= q.clock]    # (an instant `before` == `now` stays: it was recorded)
     q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
                 f"the other queries went on (register it again to continue)")
     q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -198,10 +200,10 @@ class PlanRunner:
             return spent
         if isinstance(exc, StepRowLimit):
             q._fail(now, exc, q._done_at)
+            # inline the failing instant is the newest one; here later instants may have been fed too
+            q._instants = [t for t in q._instants if t <= q.clock]
         else:
             fail_query(q, exc, q._done_at, now)
-        # inline the failing instant is the newest one; here later instants may have been fed too
-        q._instants = [t for t in q._instants if t <= q.clock]
         return spent
 
     def _complete_before(self, t: float) -> float:
