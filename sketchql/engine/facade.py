@@ -874,6 +874,7 @@ class Engine:
         for q in self._queries.on_stream(key):
             if not q.active:
                 continue
+            before = q.clock
             try:
                 self._step_query(q, key, b, rows)
             except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
@@ -884,8 +885,8 @@ class Engine:
                 # fed up to the clock are completed first (their plan part did not fail), as inline
                 if q._runner is not None:
                     q._runner.fail(q.clock, exc, complete_before=np.nextafter(q.clock, np.inf))
-                else:
-                    fail_query(q, exc, q._done_at)
+                else:                          # (max: a query restored from a checkpoint without _done_at)
+                    fail_query(q, exc, max(before, q._done_at))
 
     def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
         by_stream = q.stream_sources()
