@@ -20,6 +20,7 @@ from .control_tables import ControlTables
 from .heap import keep_freed_heap
 from .index_adapter import _build_indexes
 from .query import Query
+from .runner import fail_query
 from .streams import StreamHandle
 
 
@@ -167,22 +168,6 @@ class _Batch:
         eng._stream_changed(None)
         eng.allocator._sig = self.sig
         eng.allocator._tracked_cache = None
-
-
-class _PlanError(SketchQLError):
-    """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
-    rows = cap = None
-
-
-def _fail_query(q: Query, exc: Exception, before: float) -> None:
-    """Fail ``q`` for ``exc`` raised in its step from clock ``before`` (see :meth:`Engine._dispatch`)."""
-    import traceback
-    now = q.clock
-    what = f"{type(exc).__name__} in its plan: {exc}"
-    q._fail(now, _PlanError(what), before)
-    q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
-                f"the other queries went on (register it again to continue)")
-    q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 class Engine:
@@ -589,7 +574,8 @@ class Engine:
         applies what the buffer releases, in timestamp order; tuples later than the slack follow
         ``late_policy`` (with 'error' a batch holding such a tuple is refused whole: nothing applied).
         An error raised inside one query's step fails that query (:meth:`_dispatch`); the batch
-        reaches every other query.
+        reaches every other query.  Under a global scheduler (knob ``scheduler``) the step runs in a
+        scheduler turn and fails its query there, alike (:meth:`PlanRunner.fail`): the push does not raise.
 
         ``validated=True``: ``batch`` is the :class:`Batch` that :meth:`validate` returned for this stream
         against the clock the stream has now (the service validates at admission, then pushes from its
@@ -812,7 +798,8 @@ class Engine:
 
     def run(self, budget: Optional[float] = None) -> float:
         """Give the scheduler ``budget`` work units (None: until every queue is empty); returns
-        the units spent.  Inline (no scheduler) there is nothing queued: returns 0."""
+        the units spent.  Inline (no scheduler) there is nothing queued: returns 0.  An operator
+        error in a turn fails that operator's query (state 'failed', as inline); it does not raise."""
         if self.scheduler is None:
             return 0.0
         return self.scheduler.run(budget)
@@ -837,7 +824,7 @@ class Engine:
         if units <= 0 or not nodes or w <= 0:
             return
         for q, n in nodes:
-            n.op.idle(units * q.weight / w)
+            self._idle_op(q, n, lambda: units * q.weight / w)
 
     def _heartbeat_budget(self, h: StreamHandle, gap: float) -> None:
         """A heartbeat over a silent gap brings the PT operators reading ``h`` the budget the
@@ -846,18 +833,43 @@ class Engine:
             return
         rate = h.planner_stats().rate
         for q, n in self._pt_nodes([q for q in self._queries.on_stream(h.name.lower()) if q.active]):
-            n.op.idle(float(n.op.budget_units()) * rate * gap * q.weight)
+            self._idle_op(q, n, lambda: float(n.op.budget_units()) * rate * gap * q.weight)
+
+    def _idle_op(self, q: Query, n, units) -> None:
+        """``n.op.idle(units())``: idle budget for a PT operator of query ``q``.  An error there fails
+        ``q`` as an error of its step does (:meth:`_dispatch`), instead of raising out of the heartbeat or
+        :meth:`idle` half-way: results up to its clock kept (under a scheduler its queued steps are
+        completed first: :meth:`PlanRunner.fail`), a shared operator is marked broken, so every query
+        sharing it fails at its next step (and gets no more idle budget)."""
+        from .sharing import SharedConsumer
+        shared = n.op.shared if isinstance(n.op, SharedConsumer) else None
+        if not q.active or (shared is not None and shared._broken is not None):
+            return
+        try:
+            n.op.idle(units())
+        except Exception as exc:               # noqa: BLE001 -- this query fails, the others go on
+            if shared is not None:
+                shared._broken = SketchQLError(
+                    f"shared operator {type(shared.op).__name__} failed in its idle probing at t={q.clock:g} "
+                    f"({type(exc).__name__}: {exc}); every query sharing it fails")
+            if q._runner is not None:
+                q._runner.fail(q.clock, exc, complete_before=np.inf)
+            else:
+                fail_query(q, exc, q.clock)
 
     def _dispatch(self, h: StreamHandle, b: Optional[Batch], rows=None):
         """Offer ``b`` to the active queries reading ``h`` (registration order) and advance each to
         the least clock of its streams; the other queries are not touched (``_queries.on_stream``).
 
         An error raised while one query is stepped fails that query only: state 'failed',
-        :attr:`Query.failed` names the error, its results up to its previous step stay readable, it
+        :attr:`Query.failed` names the error, its results up to its last recorded step stay readable (the
+        previous one; this one if the error came after its rows were recorded, e.g. in the audit shadow), it
         is no longer fed (as one over ``max_rows_per_step``), and every other query reading ``h``
         still gets the batch, so the next push works.  The error is charged to the registered query
         being dispatched, whatever raised it inside (its plan, a shared operator, its precision
-        wrapper or audit shadow)."""
+        wrapper or audit shadow).  Under a scheduler the query's steps queued up to its clock are
+        completed first (:meth:`PlanRunner.fail`), so it keeps what it keeps inline; an error inside a
+        scheduled step is charged in the scheduler's turn, alike."""
         key = h.name.lower()
         for q in self._queries.on_stream(key):
             if not q.active:
@@ -868,7 +880,13 @@ class Engine:
             except Exception as exc:           # noqa: BLE001 -- this query fails, the others go on
                 if q.failed is not None:       # failed inside already (e.g. over max_rows_per_step): as before
                     raise
-                _fail_query(q, exc, before)
+                # results kept up to the last step recorded: the one before, or this one when the error
+                # came after its rows were (the audit shadow steps after the plan); scheduled, the steps
+                # fed up to the clock are completed first (their plan part did not fail), as inline
+                if q._runner is not None:
+                    q._runner.fail(q.clock, exc, complete_before=np.nextafter(q.clock, np.inf))
+                else:                          # (max: a query restored from a checkpoint without _done_at)
+                    fail_query(q, exc, max(before, q._done_at))
 
     def _step_query(self, q: Query, key: str, b: Optional[Batch], rows) -> None:
         by_stream = q.stream_sources()

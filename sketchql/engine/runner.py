@@ -11,6 +11,11 @@ into its parent's queue (the root's into the query's sink).  Every operator
 therefore sees exactly the calls it sees inline, in the same order: results
 are identical, only *when* they appear depends on the scheduler.
 
+Errors too: an exception raised by an operator's step (or by the delivery of the
+root's output) in a turn fails that query as it fails inline (:meth:`PlanRunner.fail`:
+its older queued steps completed first, then state 'failed', the same results, clock
+and message as inline, its queues dropped); the turn returns, the scheduler goes on.
+
 >>> from sketchql.engine import Engine
 >>> eng = Engine()
 >>> eng.execute("CREATE STREAM S (v DOUBLE) TIMESTAMP ts")
@@ -28,9 +33,33 @@ from collections import deque
 
 import numpy as np
 
+from ..errors import SketchQLError
 from ..operators.exact.base import StepRowLimit, row_cap
 
-__all__ = ["NodeTask", "PlanRunner"]
+__all__ = ["NodeTask", "PlanRunner", "fail_query"]
+
+
+class _PlanError(SketchQLError):
+    """An unexpected error inside a query's plan step, in the form :meth:`Query._fail` records."""
+    rows = cap = None
+
+
+def fail_query(q, exc: Exception, before: float, now: float = None) -> None:
+    """Fail query ``q`` for ``exc``, raised by its step at ``now`` (default: its clock, the inline
+    case); ``before`` = the last instant whose results it recorded (inline: its clock before the step).
+
+    State 'failed' (:attr:`Query.failed` names the error; ``fail_traceback`` holds the traceback), the
+    results up to ``before`` stay readable, its clock goes back to ``before`` (its RSTREAM instants after
+    it are dropped), it is no longer fed and its queues are dropped (:meth:`Query._fail`)."""
+    import traceback
+    now = q.clock if now is None else now
+    what = f"{type(exc).__name__} in its plan: {exc}"
+    instants = list(q._instants)
+    q._fail(now, _PlanError(what), before)
+    q._instants = [t for t in instants if t <= q.clock]    # (an instant `before` == `now` stays: it was recorded)
+    q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
+                f"the other queries went on (register it again to continue)")
+    q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def _rows(x) -> int:
@@ -78,21 +107,25 @@ class NodeTask:
     def head_stamp(self) -> float:
         return min(q[0][0] for q in self.inputs) if self.ready() else np.inf
 
-    def run(self, quantum: float):
+    def run(self, quantum: float, before: float = np.inf):
+        """Process whole steps (oldest first) until ``quantum`` input tuples are used or no entry
+        older than ``before`` is ready; returns ``(consumed, produced, cost)``.
+
+        An error raised by the operator's step (or, at the root, by the delivery of its output)
+        is charged to this plan's query (:meth:`PlanRunner.fail`): the turn ends, it does not raise."""
         used = produced = 0
         cost = 0.0
-        while self.ready() and used < quantum:
-            entries = [q.popleft() for q in self.inputs]
+        q = self.runner.query
+        while (self.ready() and used < quantum and q.failed is None
+               and (before == np.inf or self.head_stamp() < before)):
+            entries = [x.popleft() for x in self.inputs]
             now = entries[0][0]
             ins = [x if (x is not None and len(x)) else None for _, x in entries]
-            q = self.runner.query
-            if q.failed is not None:               # failed in an earlier task: nothing more runs
-                break
             try:
                 with row_cap(q.row_cap()):
                     out = self.node.op.step(now, *ins)
-            except StepRowLimit as e:
-                q._fail(now, e, q._done_at)
+            except Exception as e:             # noqa: BLE001 -- this query fails, the others go on
+                cost += max(sum(_rows(x) for x in ins), 1) + self.runner.fail(now, e)
                 break
             k = sum(_rows(x) for x in ins)
             o = _rows(out)
@@ -106,8 +139,12 @@ class NodeTask:
             self.produced += o
             if self.parent is not None:
                 self.parent.inputs[self.slot].append((now, out))
-            else:
+                continue
+            try:
                 self.runner.sink(now, out)
+            except Exception as e:             # noqa: BLE001
+                cost += self.runner.fail(now, e)
+                break
         return used, produced, cost
 
     def stats(self) -> dict:
@@ -142,6 +179,43 @@ class PlanRunner:
     def feed(self, now: float, inputs: dict) -> None:
         for t in self._leaves:
             t.inputs[0].append((now, inputs.get(t.node.source)))
+
+    def fail(self, now: float, exc: Exception, complete_before: float = None) -> float:
+        """The step at ``now`` of one of this plan's tasks raised ``exc``: fail the query as the inline
+        engine does, so that neither its state nor its results depend on the scheduler.
+
+        First every step older than ``now`` still queued in the plan runs to the sink (inline they were
+        complete before the step at ``now`` began; the failing task has emitted all of its own already),
+        so the query keeps exactly the results the inline engine keeps: up to its last instant before
+        ``now``.  Should one of those steps raise, the query fails there instead (the earliest failure,
+        as inline).  Then :func:`fail_query` (or, for :class:`StepRowLimit`, :meth:`Query._fail`) with
+        ``before`` = that last delivered instant: state 'failed', every queue of the plan dropped, no
+        longer fed.  Returns the work units the completion cost (charged to the failing turn).
+
+        ``complete_before``: complete the steps older than it instead (``inf``: every queued step, for an
+        error outside the steps, e.g. of a PT operator's idle probing at the clock ``now``)."""
+        q = self.query
+        spent = self._complete_before(now if complete_before is None else complete_before)
+        if q.failed is not None:               # an older step failed while completing
+            return spent
+        if isinstance(exc, StepRowLimit):
+            q._fail(now, exc, q._done_at)
+            # inline the failing instant is the newest one; here later instants may have been fed too
+            q._instants = [t for t in q._instants if t <= q.clock]
+        else:
+            fail_query(q, exc, q._done_at, now)
+        return spent
+
+    def _complete_before(self, t: float) -> float:
+        """Run every queued step older than ``t`` (children before parents: reversed pre-order)."""
+        spent, moved = 0.0, True
+        while moved and self.query.failed is None:
+            moved = False
+            for task in reversed(self.tasks):
+                c = task.run(np.inf, before=t)[2]
+                spent += c
+                moved = moved or c > 0
+        return spent
 
     def sink(self, now: float, out) -> None:
         self.query._deliver(now, out)

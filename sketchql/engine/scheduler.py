@@ -31,6 +31,13 @@ Strategies (engine knob ``scheduler``):
   arrival first, as in Babcock et al.), the one nearest the output at equal
   stamps.
 
+Errors: a plan node whose operator raises in its turn fails its query, not the scheduler
+(:meth:`sketchql.engine.runner.PlanRunner.fail`): the query's steps older than the failing one are
+completed first, then it goes to state 'failed' with the inline engine's results, error and clock,
+its queues are dropped, and :meth:`Scheduler.run` goes on with the other tasks.  A query sharing
+the failing operator fails when its own task reaches the failed step.  Only an error outside every
+task (a bug of the scheduler itself) propagates.
+
 The paper's two-operator example (O1 on a batch of n tuples: 1 time unit,
 selectivity 0.2; O2 on n/5 tuples: 1 unit; n tuples arrive at times 1..7)
 gives queue totals (× n) 1, 1.2, 2, 2.2, 3, 3.2, 4 under ``fifo`` and
@@ -159,7 +166,8 @@ class Scheduler:
 
     # -- running --------------------------------------------------------------
     def turn(self) -> float:
-        """Run one task for at most one quantum; returns the cost spent (0: nothing ready)."""
+        """Run one task for at most one quantum; returns the cost spent (0: nothing ready).  A plan
+        task charges an error of its operator to its query (module doc): the turn still returns."""
         t = self.pick()
         if t is None:
             return 0.0
