@@ -238,6 +238,11 @@ def test_semantic_messages(engine):
         engine.explain("SELECT ItemNo FROM Store1 WITH PREFERENCE desc Name")
     with pytest.raises(SketchQLSemanticError, match=r"FADE FACTOR must be in \(0, 1\]"):
         engine.explain("SELECT ItemNo FROM Store1 WITH PREFERENCE desc ItemNo FADE FACTOR 2")
+    # a WINDOW clause of 0 is named as written and located at the clause (not as the FROM's RANGE)
+    sql = "SELECT ItemNo FROM Store1 WITH PREFERENCE desc ItemNo WINDOW 0 SECONDS"
+    with pytest.raises(SketchQLSemanticError, match="WINDOW must be positive, got 0") as ei:
+        engine.explain(sql)
+    assert ei.value.column >= sql.index("WINDOW") + 1          # (in the clause, not at FROM)
     with pytest.raises(SketchQLSemanticError, match="unknown column type"):
         engine.execute("CREATE STREAM z (a BLOB)")
     with pytest.raises(SketchQLSemanticError, match="already exists"):

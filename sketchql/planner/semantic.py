@@ -507,6 +507,8 @@ def _analyze_core(sel, q, catalog, ctx, outer=None) -> BoundQuery:
                 pass
         else:
             if win is None:
+                if q.window is not None and not q.window > 0:     # (named as written, not as the RANGE it becomes)
+                    raise _err(f"WINDOW must be positive, got {q.window:g}", q.clause_pos.get("window"))
                 win = A.Window("range", q.window, pos=fi.pos) if q.window is not None else \
                     A.Window("unbounded", pos=fi.pos)
         src = Source(i, alias, schema, win)
