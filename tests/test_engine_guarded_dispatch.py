@@ -78,3 +78,19 @@ def test_an_error_in_the_audit_shadow_fails_the_registered_query():
         ref.push("S", b)
     assert q.state == "failed" and "shadow broke" in q.failed and f"query {q.id} " in q.failed
     assert c.state == "active" and _sorted(c.results()) == _sorted(rc.results())
+
+
+def test_a_query_failing_at_its_first_step_says_it_had_no_results():
+    e = _engine()
+    qc, qa = e.register(C), e.register(J)
+    join = [n.op for n in qa.plan.nodes if n.kind == "join"][0]
+    op = join.shared.op if isinstance(join, SharedConsumer) else join
+
+    def boom(now, *inputs):
+        raise RuntimeError("at once")
+    op.step = boom
+    e.push("S", {"ts": [1.0], "k": [1]})
+    e.push("T", {"ts": [1.0], "k": [1]})
+    assert qa.state == "failed" and "at once" in qa.failed
+    assert "-inf" not in qa.failed and "no results yet" in qa.failed
+    assert qc.state == "active" and qc.snapshot()["n"].tolist() == [1]

@@ -29,6 +29,8 @@ and message as inline, its queues dropped); the turn returns, the scheduler goes
 """
 from __future__ import annotations
 
+import math
+import traceback
 from collections import deque
 
 import numpy as np
@@ -51,13 +53,13 @@ def fail_query(q, exc: Exception, before: float, now: float = None) -> None:
     State 'failed' (:attr:`Query.failed` names the error; ``fail_traceback`` holds the traceback), the
     results up to ``before`` stay readable, its clock goes back to ``before`` (its RSTREAM instants after
     it are dropped), it is no longer fed and its queues are dropped (:meth:`Query._fail`)."""
-    import traceback
     now = q.clock if now is None else now
     what = f"{type(exc).__name__} in its plan: {exc}"
     instants = list(q._instants)
     q._fail(now, _PlanError(what), before)
     q._instants = [t for t in instants if t <= q.clock]    # (an instant `before` == `now` stays: it was recorded)
-    q.failed = (f"query {q.id} failed at t={now:g}: {what}; results up to t={before:g} stay readable; "
+    kept = f"results up to t={before:g} stay readable" if before > -math.inf else "it had no results yet"
+    q.failed = (f"query {q.id} failed at t={now:g}: {what}; {kept}; "
                 f"the other queries went on (register it again to continue)")
     q.fail_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
