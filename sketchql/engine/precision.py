@@ -21,6 +21,21 @@ connects :mod:`sketchql.approx` to the runtime:
   answer is replaced by the exact plan's -- kept warm as a standby -- until
   the estimate is back within the contract for one window; FAIL: the answer is
   replaced by one error row until then), and one entry of the bounded series;
+* **promising-tuple joins and selections**: ``WITH ERROR e`` is a recall contract,
+  ``recall >= 1 − e``.  A selection's recall is counted at every step (the share
+  of the window's qualifying rows it has served,
+  :func:`~sketchql.approx.precision_model.selection_recall`); a join's is the one
+  its last audit measured (the exact join exists only where the audit shadow
+  runs), and it stands until the next audit -- before the first audit the status
+  is "unknown".  ``ON MISS EXACT | FAIL`` act on them as on aggregates: EXACT keeps
+  the exact plan (same SQL, exact operators) warm as a standby from registration
+  and publishes its answer while the contract is missed; if the standby is not
+  comparable yet (a query registered mid-stream: one window of warm-up) the
+  answer is the error row, with the reason "no exact standby yet".  The answer
+  comes back at the first step where the contract holds and a window has passed
+  since the switch.  A promising-tuple aggregate checks its contract in its own
+  node (:class:`~sketchql.planner.promising_single.PTAggregateNode`); its status
+  follows that node's test;
 * **after each push** (:meth:`PrecisionManager.after_push`): the
   :class:`EngineAllocator` decides whether to re-plan.
 
@@ -47,7 +62,7 @@ from ..approx.approx_plan import approximate_plan
 from ..approx.window_reduction import apply_window_scale, expected_recall, range_scans
 from ..approx.audit import AuditSchedule, compare_aggregate, compare_sets
 from ..approx.estimators import relative_halfwidth
-from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
+from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN, selection_recall
 from ..approx.sampling import PI_COLUMN, W_COLUMN, Sampler, shed, stream_keep_fn
 from .rows_by_rid import RowsByRid
 
@@ -137,6 +152,7 @@ class QueryPrecision:
         self.infeasible: Optional[dict] = None
         self.last_audit: Optional[dict] = None
         self.missed_steps = 0
+        self.missed_since: Optional[float] = None    # the first step of the current run of misses
         self._last_t = -math.inf
         self._out_rows = 0
         self.error_message: Optional[str] = None
@@ -192,6 +208,55 @@ class QueryPrecision:
     def _names(self):
         return list(self.q.names)
 
+    def _pt_node(self):
+        """The plan's promising-tuple node (``pt_join`` / ``pt_select`` / ``pt_aggregate``), if any."""
+        if self.kind != "promising":
+            return None
+        return next((n for n in self.q.plan.nodes if n.kind in ("pt_join", "pt_select", "pt_aggregate")), None)
+
+    @property
+    def pt_shape(self) -> Optional[str]:
+        """``"join"`` | ``"select"`` | ``"aggregate"`` for a promising-tuple plan, else None."""
+        n = self._pt_node()
+        return None if n is None else n.kind[3:]
+
+    def acts_on_miss(self) -> bool:
+        """Whether this object carries out ``ON MISS EXACT | FAIL`` (:meth:`_on_miss`): sampled
+        aggregates and promising-tuple joins and selections.  A promising-tuple aggregate does it in
+        its own node (:class:`sketchql.planner.promising_single.PTAggregateNode`, exact answer from
+        the operator's stored window), an exact query has no contract to miss."""
+        return self.kind in ("aggregate", "distinct") or self.pt_shape in ("join", "select")
+
+    def selection_counts(self, now: float) -> Optional[tuple]:
+        """A promising-tuple selection's ``(served, live)`` at ``now``: the rows it reported that are
+        still in the window, and the window's rows that satisfy its range predicate (counted on
+        the arrivals its node keeps for the window); None for other plans."""
+        n = self._pt_node()
+        if n is None or n.kind != "pt_select" or n.op is None:
+            return None
+        node = n.op
+        served = int(len(node._emitted))
+        st = node._store
+        if st is None or not len(st) or not np.isfinite(now):
+            return served, served
+        rq = node.op.queries[node.qi]
+        v = np.asarray(st.columns[node.attr])
+        live = int(((st.rows.ts > now - node.window) & (v >= rq.lo) & (v <= rq.hi)).sum())
+        return served, max(live, served)
+
+    def measured_recall(self, now: float) -> Optional[float]:
+        """The latest measured recall of a promising-tuple join or selection: a selection's is
+        counted at every step (:func:`~sketchql.approx.precision_model.selection_recall`), a
+        join's is that of its last audit (the exact join is known only where the audit shadow
+        runs); it stands until the next audit.  None before any measurement."""
+        shape = self.pt_shape
+        if shape == "select":
+            c = self.selection_counts(now)
+            return None if c is None else selection_recall(*c)
+        if shape == "join" and self.last_audit is not None:
+            return self.last_audit.get("recall")
+        return None
+
     def interval_cols(self) -> dict:
         return {c: (lo, hi) for c, (lo, hi, _f) in self.info.intervals.items()} if self.info else {}
 
@@ -199,7 +264,7 @@ class QueryPrecision:
     def _want_shadow(self, t: float) -> bool:
         if self.kind == "exact":
             return False
-        if self.contract.on_miss == "exact" and self.kind in ("aggregate", "distinct"):
+        if self.contract.on_miss == "exact" and self.acts_on_miss():
             return True
         return self.schedule.phase(t) != "off"
 
@@ -288,8 +353,8 @@ class QueryPrecision:
                     r = np.where(np.isfinite(np.asarray(out.columns[c], np.float64)), r, 0.0)
                     rel = np.maximum(rel, r)
                 self._live.apply(out, errv=rel)
-            elif self.kind != "exact" and self.audit_share > 0:
-                self._live.apply(out)
+            elif self.kind != "exact" and (self.audit_share > 0 or self.contract.on_miss in ("exact", "fail")):
+                self._live.apply(out)           # for the audits, and for ON MISS to retract the answer
         return out if self.mode == "approx" else None
 
     def after_step(self, now: float):
@@ -305,12 +370,50 @@ class QueryPrecision:
         if e is not None and self.kind in ("aggregate", "distinct"):
             missed = (est is not None and est > e) or (
                 audited is not None and audited.get("max_rel_error") is not None and audited["max_rel_error"] > e)
-        elif e is not None and self.kind == "promising" and audited is not None:
-            missed = audited.get("recall", 1.0) < 1.0 - e
+        elif e is not None and self.kind == "promising":
+            missed = self._pt_missed(now)
         if missed:
             self.missed_steps += 1
         self._on_miss(now, missed, est)
+        if missed or self.mode != "approx":
+            if getattr(self, "missed_since", None) is None:
+                self.missed_since = now
+        else:
+            self.missed_since = None
         self._record_series(now, est, audited, missed)
+
+    def miss_note(self) -> Optional[dict]:
+        """While the contract is missed: ``{"stream": None, "from": t, "reason": ...}`` for
+        ``Query.possibly_imprecise()`` (``t``: the first step of the current run of misses)."""
+        t = getattr(self, "missed_since", None)
+        if t is None or self.contract.error is None:
+            return None
+        e = self.contract.error
+        if self.kind == "promising" and self.pt_shape in ("join", "select"):
+            r = self.measured_recall(self.q.clock)
+            what = (f"{'audited' if self.pt_shape == 'join' else 'measured'} recall "
+                    f"{'nan' if r is None else format(r, '.3g')} below {1.0 - e:g}")
+        else:
+            est = self.estimated_rel_error()
+            what = f"estimated error {'nan' if est is None else format(est, '.3g')} above {e:g}"
+        return {"stream": None, "from": float(t),
+                "reason": f"contract WITH ERROR {e:g} missed: {what} (ON MISS {(self.contract.on_miss or 'return').upper()}, "
+                          f"answer mode {self.mode})"}
+
+    def _pt_missed(self, now: float) -> bool:
+        """The contract of a promising-tuple plan at ``now``.  Join / selection: the latest
+        measured recall (:meth:`measured_recall`) is below ``1 − e`` -- a join's audit keeps
+        counting until the next audit replaces it, not only at the step where it completed.
+        Aggregate: its node found ``error > e · |estimate|`` at this step (the node's test;
+        an audit's set comparison does not apply to a value)."""
+        e = self.contract.error
+        if self.pt_shape == "aggregate":
+            node = self._pt_node().op
+            seen = getattr(self, "_pt_misses_seen", 0)
+            self._pt_misses_seen = int(getattr(node, "misses", 0))
+            return self._pt_misses_seen > seen
+        r = self.measured_recall(now)
+        return r is not None and r < 1.0 - e
 
     def _join_value_col(self, names) -> Optional[str]:
         """The output column holding a promising-tuple join's key (for Hist-MSE / outliers), if any."""
@@ -390,7 +493,8 @@ class QueryPrecision:
 
     def _error_row(self) -> dict:
         names = self._names()
-        msg = f"contract missed: estimated error above {self.contract.error:g}"
+        msg = (f"contract missed: recall below {1.0 - self.contract.error:g}" if self.kind == "promising"
+               else f"contract missed: estimated error above {self.contract.error:g}")
         vals = []
         for c in names:
             sample = self._live.first_row()
@@ -400,7 +504,7 @@ class QueryPrecision:
 
     def _on_miss(self, now, missed: bool, est):
         action = self.contract.on_miss or "return"
-        if self.kind not in ("aggregate", "distinct") or action == "return":
+        if not self.acts_on_miss() or action == "return":
             return
         e = self.contract.error
         if self.mode == "approx":
@@ -412,8 +516,14 @@ class QueryPrecision:
                 self._published = new
                 self.mode = "exact"
             elif action == "fail" or action == "exact":
-                self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
-                                      f"(estimated {est if est is not None else float('nan'):.3g})")
+                if self.kind == "promising":
+                    r = self.measured_recall(now)
+                    what = "audited" if self.pt_shape == "join" else "measured"
+                    self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
+                                          f"({what} recall {r:.3g} below {1.0 - e:g})")
+                else:
+                    self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
+                                          f"(estimated {est if est is not None else float('nan'):.3g})")
                 if action == "exact":
                     self.error_message += "; no exact standby yet: refused"
                 new = self._error_row()
@@ -453,7 +563,10 @@ class QueryPrecision:
             if self.window_scale < 1.0:
                 keep *= expected_recall(self.q.plan, self.window_scale)
             return keep
-        if self.kind == "promising" and isinstance(self.model, JoinRecallModel):
+        if self.pt_shape == "select":
+            c = self.selection_counts(self.q.clock)
+            return None if c is None else selection_recall(*c)
+        if self.pt_shape == "join" and isinstance(self.model, JoinRecallModel):
             x = [self.sample_rate() or 1.0, float(self.q.bound.contract.budget or self._budget_now())]
             return float(self.model.evaluate(x)[0]) * self.m.stream_keep(self.q)
         if self.kind in ("aggregate", "distinct"):
@@ -488,6 +601,8 @@ class QueryPrecision:
             return "unknown"
         if self.kind in ("aggregate", "distinct") and last.get("estimated_rel_error") is None:
             return "unknown"
+        if self.pt_shape in ("join", "select") and self.measured_recall(self.q.clock) is None:
+            return "unknown"                # a join before its first audit: nothing measured yet
         return "met"
 
     def _record_series(self, now, est, audited, missed):
