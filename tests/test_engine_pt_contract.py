@@ -264,3 +264,37 @@ def test_a_missed_contract_is_listed_in_possibly_imprecise():
             assert "recall" in notes[0]["reason"] and "ON MISS RETURN" in notes[0]["reason"]
         else:
             assert notes == [] and q.precision()["status"] == "met"
+
+
+def test_selection_on_miss_exact_registered_mid_stream_waits_for_its_standby():
+    """Registered mid-stream, the exact standby has seen only the arrivals since: it is comparable
+    one window later.  Until then the missed contract shows the error row with the reason "no
+    exact standby yet"; from then on the answer is the exact selection (brute force)."""
+    rng = np.random.default_rng(4)
+    n = 5000
+    ts = np.sort(rng.uniform(0, T_SEL, n))
+    k = rng.integers(0, 500, n)
+    v = rng.gamma(2, 3, n)
+    eng = Engine(seed=1)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
+    q, t_reg, switched = None, None, None
+    for t0 in np.arange(0, T_SEL, 1.0):
+        if t0 == 5.0:
+            q = eng.register(f"SELECT S.k, S.v FROM S [RANGE {W_SEL}] WHERE S.k BETWEEN 2 AND 400 WITH PREFERENCE "
+                             f"desc S.k WITHIN 1 PROBES PER TUPLE WITH ERROR {E} CONFIDENCE 0.9 ON MISS EXACT")
+            q.set_knob("audit_share", 0.0)
+        m = (ts >= t0) & (ts < t0 + 1)
+        eng.push("S", {"ts": ts[m], "k": k[m], "v": v[m]})
+        if q is None:
+            continue
+        now = q.clock
+        t_reg = now if t_reg is None else t_reg
+        live = (ts > now - W_SEL) & (ts <= now) & (k >= 2) & (k <= 400)
+        want = Counter(zip(k[live].tolist(), v[live].tolist()))
+        p = q.precision()
+        if now < t_reg + W_SEL:
+            assert _is_error_row(q) and p["knobs"]["mode"] == "failed" and "no exact standby yet" in p["error"]
+        else:
+            switched = now if switched is None else switched
+            assert p["knobs"]["mode"] == "exact" and _rows(q, 2) == want and p["error"] is None
+    assert switched is not None and switched < t_reg + W_SEL + 1.0

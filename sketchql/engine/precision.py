@@ -31,7 +31,8 @@ connects :mod:`sketchql.approx` to the runtime:
   the exact plan (same SQL, exact operators) warm as a standby from registration
   and publishes its answer while the contract is missed; if the standby is not
   comparable yet (a query registered mid-stream: one window of warm-up) the
-  answer is the error row, with the reason "no exact standby yet".  The answer
+  answer is the error row, with the reason "no exact standby yet", until the
+  standby is comparable (then it switches to it).  The answer
   comes back at the first step where the contract holds and a window has passed
   since the switch.  A promising-tuple aggregate checks its contract in its own
   node (:class:`~sketchql.planner.promising_single.PTAggregateNode`); its status
@@ -534,6 +535,16 @@ class QueryPrecision:
             return
         # exact / failed: the approximate rows keep being maintained in _live
         back = (not missed) and now >= self._mode_since + (self.window if math.isfinite(self.window) else 0.0)
+        if (self.mode == "failed" and action == "exact" and not back and self.shadow is not None
+                and now >= self._shadow_from):
+            # ON MISS EXACT that had to show the error row (no comparable standby yet): the standby
+            # has warmed up since -- switch to it
+            new = self._exact_rows()
+            self._publish_switch(now, self._published, new)
+            self._published = new
+            self.mode = "exact"
+            self.error_message = None
+            return
         if self.mode == "exact" and not back:
             new = self._exact_rows()
             if new != self._published:
