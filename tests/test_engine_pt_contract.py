@@ -298,3 +298,33 @@ def test_selection_on_miss_exact_registered_mid_stream_waits_for_its_standby():
             switched = now if switched is None else switched
             assert p["knobs"]["mode"] == "exact" and _rows(q, 2) == want and p["error"] is None
     assert switched is not None and switched < t_reg + W_SEL + 1.0
+
+
+def test_aggregate_on_miss_exact_follows_the_standby_and_comes_back():
+    """The exact answer published under ON MISS EXACT follows the standby step by step (its changes
+    are forwarded, not re-diffed): equal to the exact query's at every push while missed; with the
+    sample rate pinned to 1 the contract holds and the approximate answer (exact now) comes back."""
+    rng = np.random.default_rng(3)
+    eng = Engine(seed=8)
+    eng.execute("CREATE STREAM F (carrier INT, delay DOUBLE) TIMESTAMP ts")
+    q = eng.register("SELECT carrier, AVG(delay) AS d FROM F [RANGE 10] GROUP BY carrier "
+                     "WITH ERROR 0.02 CONFIDENCE 0.95 ON MISS EXACT")
+    ex = eng.register("SELECT carrier, AVG(delay) AS d FROM F [RANGE 10] GROUP BY carrier")
+    q.set_knob("sample_rate", 0.05)
+    modes = []
+    for i in range(40):
+        if i == 20:
+            q.set_knob("sample_rate", 1.0)
+        ts = i + np.sort(rng.uniform(0, 1, 300))
+        eng.push("F", {"ts": ts, "carrier": rng.integers(0, 4, 300), "delay": rng.lognormal(2, .5, 300)})
+        mode = q.precision()["knobs"]["mode"]
+        modes.append(mode)
+        a = q.snapshot().sort_values("carrier").reset_index(drop=True)
+        x = ex.snapshot().sort_values("carrier").reset_index(drop=True)
+        assert len(a) == len(x) and (a["carrier"].to_numpy() == x["carrier"].to_numpy()).all()
+        if mode == "exact":
+            np.testing.assert_allclose(a["d"], x["d"], rtol=1e-12)
+            assert (a["d_lo"] == a["d"]).all() and (a["d_hi"] == a["d"]).all()
+        else:
+            np.testing.assert_allclose(a["d"], x["d"], rtol=1e-9 if i > 20 else 0.5)
+    assert modes[5] == "exact" and modes[-1] == "approx"

@@ -286,6 +286,8 @@ class QueryPrecision:
 
         def record(out, _orig=orig_record):          # the exact answer's rows, by rid
             self._shadow_live.apply(out, rid_offset=_SHADOW_RID)
+            if self.mode == "exact" and out is not None and len(out):
+                self._forward_exact(out)             # the published exact answer follows the standby
             _orig(out)
         sh._record = record
         started_with_query = not np.isfinite(self.q.clock)
@@ -475,22 +477,31 @@ class QueryPrecision:
             if part is not None and len(part):
                 self._orig_record(part)
 
+    def _exact_columns(self):
+        """For each of the query's columns, the shadow column holding it (an interval column
+        ``x_lo`` / ``x_hi`` holds ``x``: width 0), or None (NaN)."""
+        ex = set(self.shadow.names)
+        return [c if c in ex else (c[:-3] if c[:-3] in ex else None) for c in self._names()]
+
     def _exact_rows(self) -> dict:
-        """The shadow's live rows in the query's columns (intervals of width 0)."""
-        names = self._names()
-        ex = list(self.shadow.names)
-        pos = {c: i for i, c in enumerate(ex)}
-        out = {}
-        for r, row in self._shadow_live.as_dict().items():
-            vals = []
-            for c in names:
-                if c in pos:
-                    vals.append(row[pos[c]])
-                else:
-                    base = c[:-3]
-                    vals.append(row[pos[base]] if base in pos else np.nan)
-            out[r] = tuple(vals)
-        return out
+        """The shadow's live rows in the query's columns (intervals of width 0), ``{rid: tuple}``."""
+        sl = self._shadow_live
+        if not len(sl):
+            return {}
+        pos = {c: i for i, c in enumerate(self.shadow.names)}
+        cols = [sl._rows.columns[sl._rows.names[pos[c]]].tolist() if c is not None else [np.nan] * len(sl)
+                for c in self._exact_columns()]
+        return dict(zip(sl.rid.tolist(), zip(*cols)))
+
+    def _forward_exact(self, out: Changes):
+        """In exact mode: the standby's changes of a step, in the query's columns, recorded as the
+        query's (rids offset like :meth:`_exact_rows`'), so that the published answer stays the
+        standby's live rows at O(changes) per step."""
+        data = {}
+        for c, src in zip(self._names(), self._exact_columns()):
+            data[c] = out.columns[src] if src is not None else np.full(len(out), np.nan)
+        b = Batch(data, ts=out.rows.ts)
+        self._orig_record(Changes(b, out.sign, out.at, out.rid + _SHADOW_RID, sort=False))
 
     def _error_row(self) -> dict:
         names = self._names()
@@ -546,14 +557,10 @@ class QueryPrecision:
             self.error_message = None
             return
         if self.mode == "exact" and not back:
-            new = self._exact_rows()
-            if new != self._published:
-                old_only = {r: v for r, v in self._published.items() if new.get(r) != v}
-                new_only = {r: v for r, v in new.items() if self._published.get(r) != v}
-                self._publish_switch(now, old_only, new_only)
-                self._published = new
-            return
+            return                  # the standby's changes are forwarded as they come (_forward_exact)
         if back:
+            if self.mode == "exact":
+                self._published = self._exact_rows()       # what the forwarded changes left published
             self._publish_switch(now, self._published, self._live.as_dict())
             self._published = {}
             self.mode = "approx"
