@@ -108,13 +108,14 @@ def test_join_on_miss_fail_replaces_the_answer_with_an_error_row():
             assert not err_row
 
 
-def test_join_on_miss_exact_switches_to_the_exact_join():
-    """ON MISS EXACT: from the first audit that misses on, the answer is the exact join's (the
-    warm standby), equal to the brute-force live pairs at every step."""
-    _, steps = _run_join("ON MISS EXACT", 1, 0.5)
-    first = next(i for i, s in enumerate(steps) if s[3]["audited"]["last"] is not None)
-    assert first <= 1
-    for now, got, want, p, _ in steps[first:]:
+@pytest.mark.parametrize("share", [0.5, 0.0])
+def test_join_on_miss_exact_switches_to_the_exact_join(share):
+    """ON MISS EXACT: the warm standby audits the join at every step (also with audit_share 0);
+    from the first miss on the answer is the exact join's, equal to the brute-force live pairs at
+    every step."""
+    _, steps = _run_join("ON MISS EXACT", 1, share)
+    assert all(s[3]["audited"]["last"]["t"] == s[0] for s in steps)
+    for now, got, want, p, _ in steps:
         assert p["knobs"]["mode"] == "exact" and p["status"] == "missed"
         assert got == want
 

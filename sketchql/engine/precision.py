@@ -27,7 +27,8 @@ connects :mod:`sketchql.approx` to the runtime:
   :func:`~sketchql.approx.precision_model.selection_recall`); a join's is the one
   its last audit measured (the exact join exists only where the audit shadow
   runs), and it stands until the next audit -- before the first audit the status
-  is "unknown".  ``ON MISS EXACT | FAIL`` act on them as on aggregates: EXACT keeps
+  is "unknown"; under ``ON MISS EXACT`` its standby is warm anyway and it is
+  audited at every step.  ``ON MISS EXACT | FAIL`` act on them as on aggregates: EXACT keeps
   the exact plan (same SQL, exact operators) warm as a standby from registration
   and publishes its answer while the contract is missed; if the standby is not
   comparable yet (a query registered mid-stream: one window of warm-up) the
@@ -429,7 +430,11 @@ class QueryPrecision:
         return None
 
     def _audit(self, now: float) -> Optional[dict]:
-        if self.shadow is None or now < self._shadow_from or self.schedule.phase(now) != "compare":
+        # a PT join under ON MISS EXACT keeps its exact standby warm anyway: it is audited at every
+        # step once the standby is comparable (its recall is known only where the exact join runs)
+        every_step = self.pt_shape == "join" and self.contract.on_miss == "exact"
+        if self.shadow is None or now < self._shadow_from or (
+                self.schedule.phase(now) != "compare" and not every_step):
             return None
         names = self._names()
         ex_names = list(self.shadow.names)
