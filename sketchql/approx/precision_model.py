@@ -55,7 +55,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["AggregateModel", "JoinRecallModel", "QueryModel", "propagate", "P_MIN"]
+__all__ = ["AggregateModel", "JoinRecallModel", "QueryModel", "propagate", "selection_recall", "P_MIN"]
 
 #: lowest sampling rate any knob may take
 P_MIN = 1e-3
@@ -368,6 +368,23 @@ def propagate(nodes: list, rates: dict, join_recall: Optional[float] = None) -> 
     for root in nodes[:1]:
         rec(root)
     return out
+
+
+def selection_recall(served: int, live: int) -> float:
+    """Recall of a promising-tuple selection's live answer: the share of the window's rows that
+    satisfy the predicate and have been served, ``served / live`` (1 for an empty window).
+
+    A selection produces no false positives and its output is a subset of the live qualifying
+    rows, so this is its precision in the allocator's sense -- counted, not modelled: the
+    operator holds the window's arrivals, so both counts are exact at every step (unlike a
+    join, whose pair count is unknown without the exact join; :class:`JoinRecallModel`).
+
+    >>> selection_recall(310, 1622) == 310 / 1622, selection_recall(0, 0)
+    (True, 1.0)
+    """
+    if live <= 0:
+        return 1.0
+    return float(min(1.0, max(0.0, served / live)))
 
 
 def normal_precision(sigma_rel: float, error: float) -> float:

@@ -21,6 +21,23 @@ connects :mod:`sketchql.approx` to the runtime:
   answer is replaced by the exact plan's -- kept warm as a standby -- until
   the estimate is back within the contract for one window; FAIL: the answer is
   replaced by one error row until then), and one entry of the bounded series;
+* **promising-tuple joins and selections**: ``WITH ERROR e`` is a recall contract,
+  ``recall >= 1 − e``.  A selection's recall is counted at every step (the share
+  of the window's qualifying rows it has served,
+  :func:`~sketchql.approx.precision_model.selection_recall`); a join's is the one
+  its last audit measured (the exact join exists only where the audit shadow
+  runs), and it stands until the next audit -- before the first audit the status
+  is "unknown"; under ``ON MISS EXACT`` its standby is warm anyway and it is
+  audited at every step.  ``ON MISS EXACT | FAIL`` act on them as on aggregates: EXACT keeps
+  the exact plan (same SQL, exact operators) warm as a standby from registration
+  and publishes its answer while the contract is missed; if the standby is not
+  comparable yet (a query registered mid-stream: one window of warm-up) the
+  answer is the error row, with the reason "no exact standby yet", until the
+  standby is comparable (then it switches to it).  The answer
+  comes back at the first step where the contract holds and a window has passed
+  since the switch.  A promising-tuple aggregate checks its contract in its own
+  node (:class:`~sketchql.planner.promising_single.PTAggregateNode`); its status
+  follows that node's test;
 * **after each push** (:meth:`PrecisionManager.after_push`): the
   :class:`EngineAllocator` decides whether to re-plan.
 
@@ -47,7 +64,7 @@ from ..approx.approx_plan import approximate_plan
 from ..approx.window_reduction import apply_window_scale, expected_recall, range_scans
 from ..approx.audit import AuditSchedule, compare_aggregate, compare_sets
 from ..approx.estimators import relative_halfwidth
-from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN
+from ..approx.precision_model import AggregateModel, JoinRecallModel, P_MIN, selection_recall
 from ..approx.sampling import PI_COLUMN, W_COLUMN, Sampler, shed, stream_keep_fn
 from .rows_by_rid import RowsByRid
 
@@ -137,6 +154,7 @@ class QueryPrecision:
         self.infeasible: Optional[dict] = None
         self.last_audit: Optional[dict] = None
         self.missed_steps = 0
+        self.missed_since: Optional[float] = None    # the first step of the current run of misses
         self._last_t = -math.inf
         self._out_rows = 0
         self.error_message: Optional[str] = None
@@ -192,6 +210,55 @@ class QueryPrecision:
     def _names(self):
         return list(self.q.names)
 
+    def _pt_node(self):
+        """The plan's promising-tuple node (``pt_join`` / ``pt_select`` / ``pt_aggregate``), if any."""
+        if self.kind != "promising":
+            return None
+        return next((n for n in self.q.plan.nodes if n.kind in ("pt_join", "pt_select", "pt_aggregate")), None)
+
+    @property
+    def pt_shape(self) -> Optional[str]:
+        """``"join"`` | ``"select"`` | ``"aggregate"`` for a promising-tuple plan, else None."""
+        n = self._pt_node()
+        return None if n is None else n.kind[3:]
+
+    def acts_on_miss(self) -> bool:
+        """Whether this object carries out ``ON MISS EXACT | FAIL`` (:meth:`_on_miss`): sampled
+        aggregates and promising-tuple joins and selections.  A promising-tuple aggregate does it in
+        its own node (:class:`sketchql.planner.promising_single.PTAggregateNode`, exact answer from
+        the operator's stored window), an exact query has no contract to miss."""
+        return self.kind in ("aggregate", "distinct") or self.pt_shape in ("join", "select")
+
+    def selection_counts(self, now: float) -> Optional[tuple]:
+        """A promising-tuple selection's ``(served, live)`` at ``now``: the rows it reported that are
+        still in the window, and the window's rows that satisfy its range predicate (counted on
+        the arrivals its node keeps for the window); None for other plans."""
+        n = self._pt_node()
+        if n is None or n.kind != "pt_select" or n.op is None:
+            return None
+        node = n.op
+        served = int(len(node._emitted))
+        st = node._store
+        if st is None or not len(st) or not np.isfinite(now):
+            return served, served
+        rq = node.op.queries[node.qi]
+        v = np.asarray(st.columns[node.attr])
+        live = int(((st.rows.ts > now - node.window) & (v >= rq.lo) & (v <= rq.hi)).sum())
+        return served, max(live, served)
+
+    def measured_recall(self, now: float) -> Optional[float]:
+        """The latest measured recall of a promising-tuple join or selection: a selection's is
+        counted at every step (:func:`~sketchql.approx.precision_model.selection_recall`), a
+        join's is that of its last audit (the exact join is known only where the audit shadow
+        runs); it stands until the next audit.  None before any measurement."""
+        shape = self.pt_shape
+        if shape == "select":
+            c = self.selection_counts(now)
+            return None if c is None else selection_recall(*c)
+        if shape == "join" and self.last_audit is not None:
+            return self.last_audit.get("recall")
+        return None
+
     def interval_cols(self) -> dict:
         return {c: (lo, hi) for c, (lo, hi, _f) in self.info.intervals.items()} if self.info else {}
 
@@ -199,7 +266,7 @@ class QueryPrecision:
     def _want_shadow(self, t: float) -> bool:
         if self.kind == "exact":
             return False
-        if self.contract.on_miss == "exact" and self.kind in ("aggregate", "distinct"):
+        if self.contract.on_miss == "exact" and self.acts_on_miss():
             return True
         return self.schedule.phase(t) != "off"
 
@@ -220,6 +287,8 @@ class QueryPrecision:
 
         def record(out, _orig=orig_record):          # the exact answer's rows, by rid
             self._shadow_live.apply(out, rid_offset=_SHADOW_RID)
+            if self.mode == "exact" and out is not None and len(out):
+                self._forward_exact(out)             # the published exact answer follows the standby
             _orig(out)
         sh._record = record
         started_with_query = not np.isfinite(self.q.clock)
@@ -288,8 +357,8 @@ class QueryPrecision:
                     r = np.where(np.isfinite(np.asarray(out.columns[c], np.float64)), r, 0.0)
                     rel = np.maximum(rel, r)
                 self._live.apply(out, errv=rel)
-            elif self.kind != "exact" and self.audit_share > 0:
-                self._live.apply(out)
+            elif self.kind != "exact" and (self.audit_share > 0 or self.contract.on_miss in ("exact", "fail")):
+                self._live.apply(out)           # for the audits, and for ON MISS to retract the answer
         return out if self.mode == "approx" else None
 
     def after_step(self, now: float):
@@ -305,12 +374,50 @@ class QueryPrecision:
         if e is not None and self.kind in ("aggregate", "distinct"):
             missed = (est is not None and est > e) or (
                 audited is not None and audited.get("max_rel_error") is not None and audited["max_rel_error"] > e)
-        elif e is not None and self.kind == "promising" and audited is not None:
-            missed = audited.get("recall", 1.0) < 1.0 - e
+        elif e is not None and self.kind == "promising":
+            missed = self._pt_missed(now)
         if missed:
             self.missed_steps += 1
         self._on_miss(now, missed, est)
+        if missed or self.mode != "approx":
+            if getattr(self, "missed_since", None) is None:
+                self.missed_since = now
+        else:
+            self.missed_since = None
         self._record_series(now, est, audited, missed)
+
+    def miss_note(self) -> Optional[dict]:
+        """While the contract is missed: ``{"stream": None, "from": t, "reason": ...}`` for
+        ``Query.possibly_imprecise()`` (``t``: the first step of the current run of misses)."""
+        t = getattr(self, "missed_since", None)
+        if t is None or self.contract.error is None:
+            return None
+        e = self.contract.error
+        if self.kind == "promising" and self.pt_shape in ("join", "select"):
+            r = self.measured_recall(self.q.clock)
+            what = (f"{'audited' if self.pt_shape == 'join' else 'measured'} recall "
+                    f"{'nan' if r is None else format(r, '.3g')} below {1.0 - e:g}")
+        else:
+            est = self.estimated_rel_error()
+            what = f"estimated error {'nan' if est is None else format(est, '.3g')} above {e:g}"
+        return {"stream": None, "from": float(t),
+                "reason": f"contract WITH ERROR {e:g} missed: {what} (ON MISS {(self.contract.on_miss or 'return').upper()}, "
+                          f"answer mode {self.mode})"}
+
+    def _pt_missed(self, now: float) -> bool:
+        """The contract of a promising-tuple plan at ``now``.  Join / selection: the latest
+        measured recall (:meth:`measured_recall`) is below ``1 − e`` -- a join's audit keeps
+        counting until the next audit replaces it, not only at the step where it completed.
+        Aggregate: its node found ``error > e · |estimate|`` at this step (the node's test;
+        an audit's set comparison does not apply to a value)."""
+        e = self.contract.error
+        if self.pt_shape == "aggregate":
+            node = self._pt_node().op
+            seen = getattr(self, "_pt_misses_seen", 0)
+            self._pt_misses_seen = int(getattr(node, "misses", 0))
+            return self._pt_misses_seen > seen
+        r = self.measured_recall(now)
+        return r is not None and r < 1.0 - e
 
     def _join_value_col(self, names) -> Optional[str]:
         """The output column holding a promising-tuple join's key (for Hist-MSE / outliers), if any."""
@@ -323,7 +430,11 @@ class QueryPrecision:
         return None
 
     def _audit(self, now: float) -> Optional[dict]:
-        if self.shadow is None or now < self._shadow_from or self.schedule.phase(now) != "compare":
+        # a PT join under ON MISS EXACT keeps its exact standby warm anyway: it is audited at every
+        # step once the standby is comparable (its recall is known only where the exact join runs)
+        every_step = self.pt_shape == "join" and self.contract.on_miss == "exact"
+        if self.shadow is None or now < self._shadow_from or (
+                self.schedule.phase(now) != "compare" and not every_step):
             return None
         names = self._names()
         ex_names = list(self.shadow.names)
@@ -371,26 +482,36 @@ class QueryPrecision:
             if part is not None and len(part):
                 self._orig_record(part)
 
+    def _exact_columns(self):
+        """For each of the query's columns, the shadow column holding it (an interval column
+        ``x_lo`` / ``x_hi`` holds ``x``: width 0), or None (NaN)."""
+        ex = set(self.shadow.names)
+        return [c if c in ex else (c[:-3] if c[:-3] in ex else None) for c in self._names()]
+
     def _exact_rows(self) -> dict:
-        """The shadow's live rows in the query's columns (intervals of width 0)."""
-        names = self._names()
-        ex = list(self.shadow.names)
-        pos = {c: i for i, c in enumerate(ex)}
-        out = {}
-        for r, row in self._shadow_live.as_dict().items():
-            vals = []
-            for c in names:
-                if c in pos:
-                    vals.append(row[pos[c]])
-                else:
-                    base = c[:-3]
-                    vals.append(row[pos[base]] if base in pos else np.nan)
-            out[r] = tuple(vals)
-        return out
+        """The shadow's live rows in the query's columns (intervals of width 0), ``{rid: tuple}``."""
+        sl = self._shadow_live
+        if not len(sl):
+            return {}
+        pos = {c: i for i, c in enumerate(self.shadow.names)}
+        cols = [sl._rows.columns[sl._rows.names[pos[c]]].tolist() if c is not None else [np.nan] * len(sl)
+                for c in self._exact_columns()]
+        return dict(zip(sl.rid.tolist(), zip(*cols)))
+
+    def _forward_exact(self, out: Changes):
+        """In exact mode: the standby's changes of a step, in the query's columns, recorded as the
+        query's (rids offset like :meth:`_exact_rows`'), so that the published answer stays the
+        standby's live rows at O(changes) per step."""
+        data = {}
+        for c, src in zip(self._names(), self._exact_columns()):
+            data[c] = out.columns[src] if src is not None else np.full(len(out), np.nan)
+        b = Batch(data, ts=out.rows.ts)
+        self._orig_record(Changes(b, out.sign, out.at, out.rid + _SHADOW_RID, sort=False))
 
     def _error_row(self) -> dict:
         names = self._names()
-        msg = f"contract missed: estimated error above {self.contract.error:g}"
+        msg = (f"contract missed: recall below {1.0 - self.contract.error:g}" if self.kind == "promising"
+               else f"contract missed: estimated error above {self.contract.error:g}")
         vals = []
         for c in names:
             sample = self._live.first_row()
@@ -400,7 +521,7 @@ class QueryPrecision:
 
     def _on_miss(self, now, missed: bool, est):
         action = self.contract.on_miss or "return"
-        if self.kind not in ("aggregate", "distinct") or action == "return":
+        if not self.acts_on_miss() or action == "return":
             return
         e = self.contract.error
         if self.mode == "approx":
@@ -412,8 +533,14 @@ class QueryPrecision:
                 self._published = new
                 self.mode = "exact"
             elif action == "fail" or action == "exact":
-                self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
-                                      f"(estimated {est if est is not None else float('nan'):.3g})")
+                if self.kind == "promising":
+                    r = self.measured_recall(now)
+                    what = "audited" if self.pt_shape == "join" else "measured"
+                    self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
+                                          f"({what} recall {r:.3g} below {1.0 - e:g})")
+                else:
+                    self.error_message = (f"query {self.q.id}: contract WITH ERROR {e:g} missed at t={now:g} "
+                                          f"(estimated {est if est is not None else float('nan'):.3g})")
                 if action == "exact":
                     self.error_message += "; no exact standby yet: refused"
                 new = self._error_row()
@@ -424,15 +551,21 @@ class QueryPrecision:
             return
         # exact / failed: the approximate rows keep being maintained in _live
         back = (not missed) and now >= self._mode_since + (self.window if math.isfinite(self.window) else 0.0)
-        if self.mode == "exact" and not back:
+        if (self.mode == "failed" and action == "exact" and not back and self.shadow is not None
+                and now >= self._shadow_from):
+            # ON MISS EXACT that had to show the error row (no comparable standby yet): the standby
+            # has warmed up since -- switch to it
             new = self._exact_rows()
-            if new != self._published:
-                old_only = {r: v for r, v in self._published.items() if new.get(r) != v}
-                new_only = {r: v for r, v in new.items() if self._published.get(r) != v}
-                self._publish_switch(now, old_only, new_only)
-                self._published = new
+            self._publish_switch(now, self._published, new)
+            self._published = new
+            self.mode = "exact"
+            self.error_message = None
             return
+        if self.mode == "exact" and not back:
+            return                  # the standby's changes are forwarded as they come (_forward_exact)
         if back:
+            if self.mode == "exact":
+                self._published = self._exact_rows()       # what the forwarded changes left published
             self._publish_switch(now, self._published, self._live.as_dict())
             self._published = {}
             self.mode = "approx"
@@ -453,7 +586,10 @@ class QueryPrecision:
             if self.window_scale < 1.0:
                 keep *= expected_recall(self.q.plan, self.window_scale)
             return keep
-        if self.kind == "promising" and isinstance(self.model, JoinRecallModel):
+        if self.pt_shape == "select":
+            c = self.selection_counts(self.q.clock)
+            return None if c is None else selection_recall(*c)
+        if self.pt_shape == "join" and isinstance(self.model, JoinRecallModel):
             x = [self.sample_rate() or 1.0, float(self.q.bound.contract.budget or self._budget_now())]
             return float(self.model.evaluate(x)[0]) * self.m.stream_keep(self.q)
         if self.kind in ("aggregate", "distinct"):
@@ -488,6 +624,8 @@ class QueryPrecision:
             return "unknown"
         if self.kind in ("aggregate", "distinct") and last.get("estimated_rel_error") is None:
             return "unknown"
+        if self.pt_shape in ("join", "select") and self.measured_recall(self.q.clock) is None:
+            return "unknown"                # a join before its first audit: nothing measured yet
         return "met"
 
     def _record_series(self, now, est, audited, missed):

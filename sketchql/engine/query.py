@@ -273,8 +273,14 @@ class Query:
         """Where the results may be imprecise: ``[{"stream", "from", "reason"}]`` -- e.g. a stream's
         slack timeout released tuples before the slack allowed, so results with ``at >= from``
         may miss tuples that were still to come within the slack (counted on the stream as
-        ``slack_late_beyond_slack``)."""
-        return [dict(d) for d in self._imprecise]
+        ``slack_late_beyond_slack``); and, while the query's contract (``WITH ERROR e``) is
+        missed, one entry ``{"stream": None, "from": t, "reason": "contract ... missed: ..."}``
+        from the first step of the current miss (:meth:`QueryPrecision.miss_note`)."""
+        out = [dict(d) for d in self._imprecise]
+        note = self._precision.miss_note() if self._precision is not None else None
+        if note is not None:
+            out.append(note)
+        return out
 
     # -- result history -------------------------------------------------------
     def _record(self, out: Changes):
