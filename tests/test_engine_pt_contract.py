@@ -329,3 +329,18 @@ def test_aggregate_on_miss_exact_follows_the_standby_and_comes_back():
         else:
             np.testing.assert_allclose(a["d"], x["d"], rtol=1e-9 if i > 20 else 0.5)
     assert modes[5] == "exact" and modes[-1] == "approx"
+
+
+@pytest.mark.parametrize("tail,share", [("ON MISS EXACT", 1.0), ("ON MISS RETURN", 2 * 0.1), ("ON MISS FAIL", 2 * 0.1)])
+def test_the_allocator_charges_a_pt_exact_standby_as_a_whole_shadow(tail, share):
+    """ON MISS EXACT keeps the PT join's exact plan warm from registration: the allocator charges
+    it whole (shadow share 1), as an aggregate's standby; RETURN / FAIL only the audits' 2 x share."""
+    eng = Engine(seed=1)
+    eng.execute("CREATE STREAM S1 (k INT) TIMESTAMP ts; CREATE STREAM S2 (k INT) TIMESTAMP ts")
+    q = eng.register("SELECT S1.k, S1.ts, S2.ts FROM S1, S2 WHERE S1.k = S2.k WITH PREFERENCE desc "
+                     "SUMMARY.Estimate.Count(S1.k), SUMMARY.Estimate.Count(S2.k) WINDOW 10 SECONDS "
+                     f"WITHIN 1 PROBES PER TUPLE WITH ERROR 0.1 CONFIDENCE 0.9 {tail}")
+    qp = q._precision
+    assert qp.pt_shape == "join"
+    qp.set_audit_share(0.1)
+    assert eng.allocator.shadow_share(qp) == pytest.approx(share)

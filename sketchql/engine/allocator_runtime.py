@@ -582,11 +582,11 @@ class EngineAllocator:
 
     def shadow_share(self, qp) -> float:
         """Time-averaged share of the query's exact state its shadow plan holds: 1 for the warm
-        ON MISS EXACT standby of an aggregate, else ``min(1, 2 × audit_share)`` (an audited window
+        ON MISS EXACT standby (aggregates, and promising-tuple joins and selections), else ``min(1, 2 × audit_share)`` (an audited window
         is compared after a window of warm-up: the shadow lives two windows per audit)."""
         if qp.kind == "exact" or not qp.q.active:
             return 0.0
-        if qp.contract.on_miss == "exact" and qp.kind in ("aggregate", "distinct"):
+        if qp.contract.on_miss == "exact" and qp.acts_on_miss():
             return 1.0
         return min(1.0, 2.0 * float(qp.audit_share))
 
