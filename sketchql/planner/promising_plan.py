@@ -43,7 +43,18 @@ that reaches the join, read from the query contract at every step so that
 * ``WITHIN n MS`` -> ``n / 1000 * units_per_second`` units per tuple, with
   ``units_per_second`` = :data:`sketchql.approx.BENCH_UNITS_PER_SECOND`
   (2000: 1 ms = 2 units), the fixed conversion the benchmarks use;
-* no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple.
+* no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple;
+* idle units -- ``Engine.idle(units)``, and a heartbeat over a silent gap
+  ``g``, which brings ``budget x rate x g`` -- are credited to the operator's
+  allowance and probe its queue (:meth:`PTJoinNode.idle`), at most the units
+  the arrivals of the last window brought, less the idle units already
+  granted in that window (a gap is in effect capped at one window: idle work
+  can only probe arrivals still in it); the rest is refused
+  (``pt_idle_units_refused``).  ``q.stats()["promising"]`` shows the account:
+  ``pt_allowance`` (units given + idle units), ``pt_work`` (charged),
+  ``pt_debt`` (carried at the end), ``pt_debt_max`` and its documented bound
+  ``pt_debt_bound`` (:mod:`sketchql.operators.promising.admission`), with
+  ``pt_work <= pt_allowance + pt_debt`` and ``pt_debt_max <= pt_debt_bound``.
 
 Output: a windowed relation of the produced pairs -- ``snapshot(t)`` = the
 pairs produced so far that are still alive at ``t``.  A pair (a, b) of a
