@@ -43,7 +43,18 @@ that reaches the join, read from the query contract at every step so that
 * ``WITHIN n MS`` -> ``n / 1000 * units_per_second`` units per tuple, with
   ``units_per_second`` = :data:`sketchql.approx.BENCH_UNITS_PER_SECOND`
   (2000: 1 ms = 2 units), the fixed conversion the benchmarks use;
-* no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple.
+* no ``WITHIN`` -> :data:`DEFAULT_BUDGET_UNITS` units per tuple;
+* idle units -- ``Engine.idle(units)``, and a heartbeat over a silent gap
+  ``g``, which brings ``budget x rate x g`` -- are credited to the operator's
+  allowance and probe its queue (:meth:`PTJoinNode.idle`), at most the units
+  the arrivals of the last window brought, less the idle units already
+  granted in that window (a gap is in effect capped at one window: idle work
+  can only probe arrivals still in it); the rest is refused
+  (``pt_idle_units_refused``).  ``q.stats()["promising"]`` shows the account:
+  ``pt_allowance`` (units given + idle units), ``pt_work`` (charged),
+  ``pt_debt`` (carried at the end), ``pt_debt_max`` and its documented bound
+  ``pt_debt_bound`` (:mod:`sketchql.operators.promising.admission`), with
+  ``pt_work <= pt_allowance + pt_debt`` and ``pt_debt_max <= pt_debt_bound``.
 
 Output: a windowed relation of the produced pairs -- ``snapshot(t)`` = the
 pairs produced so far that are still alive at ``t``.  A pair (a, b) of a
@@ -186,6 +197,8 @@ class PTJoinNode:
         self.tuples_in = 0
         self.units_given = 0.0
         self.idle_units = 0.0
+        self.idle_refused = 0.0            # idle units beyond idle_cap(), not granted
+        self._idle_log = []                # (operator clock, units) of the idle grants (idle_cap)
         self.clock = -math.inf
         #: plan source index of each side's scan -> side (set by the planner); the query
         #: feeds the stream rows of the tuples it gives those scans (``feed_rows``)
@@ -226,15 +239,48 @@ class PTJoinNode:
         self._rows_fed[side] = [allr[used:]] if used < allr.shape[0] else []
         return allr[k]
 
+    def idle_cap(self) -> float:
+        """Most idle units the join may take now: the units the arrivals of its
+        last window brought (``budget_units()`` times the tuples with ``ts >
+        now - w``, ``now`` its newest arrival), less the idle units it was
+        granted while its newest arrival was in that window.  Idle work can
+        only probe the entries of arrivals still in the window (an older probe
+        finds no partner alive), so a heartbeat over a gap ``g`` -- the engine
+        grants ``budget x rate x g`` -- is in effect capped at ``g = w``, over
+        any number of heartbeats (and so is ``Engine.idle``); whole-stream
+        window: every arrival so far and every idle unit granted."""
+        now = float(self.op.now)
+        if not math.isfinite(now):
+            return 0.0
+        lo = now - self.window
+        n = 0
+        for st in self._store:
+            if st is not None:
+                n += int((st["__ts"] > lo).sum())
+        log = [g for g in getattr(self, "_idle_log", []) if g[0] > lo]
+        self._idle_log = log
+        return max(0.0, float(self.budget_units()) * n - sum(u for _, u in log))
+
     def idle(self, units: float) -> None:
-        """Idle time (or a heartbeat) brings ``units`` of work: probe the queue with it."""
+        """Idle time (or a heartbeat) brings ``units`` of work: credited to the
+        operator's allowance up to :meth:`idle_cap` (the rest is refused and
+        counted in ``pt_idle_units_refused``), the queue probed with it, and a
+        debt left by the probing noted in ``debt_max`` (the operator's budget
+        rule, work charged <= allowance + carried debt, then holds with the
+        idle units in the allowance)."""
         if units > 0:
             if self.shared and any(float(getattr(src.ix, "clock", -math.inf)) > self.clock
                                    for src in self.op.sources):
                 self.steps_index_ahead += 1    # probing with an index ahead of this join's clock
-            self.idle_units += float(units)
-            self.op.account += float(units)
+            give = min(float(units), self.idle_cap())
+            self.idle_refused = getattr(self, "idle_refused", 0.0) + float(units) - give
+            if give <= 0:
+                return
+            self.idle_units += give
+            self._idle_log.append((float(self.op.now), give))
+            self.op._credit(give)
             self.op.drain()
+            self.op._note_debt()
 
     # -- protocol of the exact operators ------------------------------------
     def step(self, now: float, *inputs) -> Optional[Changes]:
@@ -401,6 +447,13 @@ class PTJoinNode:
                 "pt_queue": int(s["queued"]), "pt_probes": int(s["probes"]),
                 "pt_tuples_in": self.tuples_in, "pt_discarded": int(s["discarded"]),
                 "pt_stored_tuples": self.state_size(), "pt_idle_units": self.idle_units,
+                "pt_idle_units_refused": float(getattr(self, "idle_refused", 0.0)),
+                # the operator's budget account: allowance = units given + idle units granted;
+                # work <= allowance + the carried debt, debt_max <= its documented bound
+                "pt_allowance": float(s["allowance"]), "pt_debt": max(0.0, -float(s["account"])),
+                "pt_debt_max": float(s["debt_max"]),
+                "pt_debt_bound": max(float(s["max_forced"]), float(s["max_plan_overrun"])),
+                "pt_shed": int(s["shed"]),
                 "pt_index": "shared" if self.shared else "private",
                 "pt_index_steps_ahead": int(getattr(self, "steps_index_ahead", 0)),
                 "pt_index_bytes": self.index_nbytes(shared_once=False)}

@@ -154,8 +154,8 @@ from ...summaries.hashing import hash64
 from .costs import COSTS
 from .output import PairOutput
 from .pairset import PairSet
-from .admission import (_Columns as _cols_batch, chunk_span, concat_batches, demand_fraction, ingest_fraction,
-                        keep_mask, plan_count, plan_rows, retained_history, time_chunks, BatchTimer)
+from .admission import (_Columns as _cols_batch, admission_hash, cap_rows, chunk_span, concat_batches,
+                        demand_fraction, ingest_cap, ingest_fraction, keep_mask, plan_count, plan_rows, retained_history, time_chunks, BatchTimer)
 from .queue import EntryQueue, check_preference
 from .sources import make_source
 from .valueheat import ValueHeat
@@ -863,9 +863,18 @@ class PTJoin(PairOutput):
             return 0.0
         return COSTS["insert"]
 
-    def admit_ingest(self, batch, income: float, fraction: float | None = None):
+    def admit_ingest(self, batch, income: float, fraction: float | None = None, account: float | None = None):
         """Rows of ``batch`` to ingest (None = all): :func:`.admission.ingest_fraction`
-        of the tick's income, chosen by :func:`.admission.keep_mask`.
+        of the tick's income, chosen by :func:`.admission.keep_mask` (or the
+        heaviest values, :mod:`.valueheat`), and, while that share is below 1,
+        at most :func:`.admission.ingest_cap` units in all -- the value heat's
+        sample included: a value-hash sample keeps whole values, so on skewed
+        values its rows can be several times ``f n`` (``WITHIN 0.1`` charged
+        2.8x the allowance in inserts alone); the rows beyond the cap are shed
+        by :func:`.admission.cap_rows`, whole values kept in hash order (the
+        heaviest first for the heat), the last one cut by a hash of the row id.
+        ``account``: the account the cap may draw on (default this query's;
+        a :class:`PTJoinGroup` passes the tightest of its queries').
 
         The same rule on a shared source (the engine's index, ``bind``): the
         index's own ingest is the stream's, paid by the engine for every
@@ -877,22 +886,42 @@ class PTJoin(PairOutput):
         with nothing shed, a query at 1 unit per tuple spent every unit on
         inserts: 0 probes, 0 pairs, where the private index probed 113 times.)"""
         keys = getattr(batch, self.key)
+        n = len(batch)
+        price = self._insert_price()
+        f_in = ingest_fraction(income, n, price)
+        cap = math.inf
+        if f_in < 1.0:
+            cap = ingest_cap(income, self.account if account is None else account, price,
+                             self.__dict__.get("_ingest_carry", 0.0))
         heavy = None
         if fraction is None:
-            f_in = ingest_fraction(income, len(batch), self._insert_price())
-            f_d = self._demand_fraction(income, len(batch))
+            f_d = self._demand_fraction(income, n)
             f = min(f_in, f_d)
             if self._heat is not None:
                 # demand shedding keeps the heaviest values (valueheat): a sample of
-                # every arrival is counted, one insert per counted arrival
-                k = self._heat.observe(keys, batch.seq, float(batch.ts[-1]))
-                self._charge(COSTS["insert"] * k, "insert_work")
+                # every arrival is counted, one insert per counted arrival, within the cap
+                k = self._heat.sampled(batch.seq)
+                if COSTS["insert"] * k <= cap:
+                    self._heat.observe(keys, batch.seq, float(batch.ts[-1]))
+                    self._charge(COSTS["insert"] * k, "insert_work")
+                    cap -= COSTS["insert"] * k
                 if f_d < f_in:
                     heavy = self._heat.keep(keys, f)
         else:
             f = fraction
-        keep = heavy if heavy is not None else keep_mask(keys, batch.seq, f, self.seed,
-                                                         self.preference != "weighted")
+        by_value = self.preference != "weighted"
+        keep = heavy if heavy is not None else keep_mask(keys, batch.seq, f, self.seed, by_value)
+        if keep is not None and math.isfinite(cap):
+            k_max = int(math.floor(max(cap, 0.0) / price + 1e-9))
+            if int(keep.sum()) > k_max:
+                if heavy is not None:
+                    prio = -self._heat.counts[self._heat.slot(keys)]
+                else:
+                    prio = admission_hash(keys if by_value else batch.seq, self.seed)
+                keep = cap_rows(keep, k_max, prio, admission_hash(batch.seq, self.seed + 1))
+            self._ingest_carry = min(max(cap - price * int(keep.sum()), 0.0), price)
+        else:
+            self._ingest_carry = 0.0
         if keep is not None:
             self._stats["shed"] += int((~keep).sum())
         return keep
@@ -1719,7 +1748,9 @@ class PTJoinGroup:
         # the demand cap only if every query sheds by demand (the others need every value)
         f = min(f, max(q._demand_fraction(units * sh, n) for q, sh in zip(self.queries, self.shares)))
         t = clock()
-        keep = lead.admit_ingest(batch, units, fraction=f)
+        # the ingest cap draws on the tightest account: query q pays its share sh of each insert
+        keep = lead.admit_ingest(batch, units, fraction=f,
+                                 account=min(q.account / sh for q, sh in zip(self.queries, self.shares)))
         sides = lead.ingest(batch, keep)
         t_ingest = clock() - t
         cache = {}

@@ -17,7 +17,9 @@ of the arrivals (every ``stride``-th row id): each sampled arrival adds 1 to
 the counter of its value's slot (a seeded hash into ``slots`` counters);
 counters decay by ``2^(-dt / half_life)`` of event time (popularity
 drifts).  The caller charges one ``insert`` per sampled arrival (the sample
-is a small hash table of counters), i.e. ``1 / stride`` per arrival.  The
+is a small hash table of counters), i.e. ``1 / stride`` per arrival, out of
+the ingest's share of the income (:func:`.admission.ingest_cap`; a tick whose
+share cannot pay its sample counts nothing).  The
 default stride 64 counts ~3 arrivals a second at 200 arrivals/s, enough to
 rank the few values that carry most pairs; a stride of 16 spent 0.6 % of
 desc's budget at 10 ms on the sample alone (``bench_promising``: desc / bound
@@ -67,6 +69,11 @@ class ValueHeat:
 
     def slot(self, keys) -> np.ndarray:
         return (hash64(np.asarray(keys), self.seed, "pt value heat") % np.uint64(self.slots)).astype(np.int64)
+
+    def sampled(self, rids) -> int:
+        """How many of ``rids`` :meth:`observe` would count (its cost, known
+        before counting: the caller pays it out of the ingest's share)."""
+        return int((np.asarray(rids, np.int64) % self.stride == 0).sum())
 
     def observe(self, keys, rids, t: float) -> int:
         """Count the sampled arrivals (``rid % stride == 0``) at event time
