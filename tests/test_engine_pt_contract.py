@@ -344,3 +344,20 @@ def test_the_allocator_charges_a_pt_exact_standby_as_a_whole_shadow(tail, share)
     assert qp.pt_shape == "join"
     qp.set_audit_share(0.1)
     assert eng.allocator.shadow_share(qp) == pytest.approx(share)
+
+
+def test_a_pt_aggregate_restored_from_before_the_miss_counter_counts_no_old_miss():
+    """A QueryPrecision from a checkpoint written before ``_pt_misses_seen`` existed: the node's
+    misses so far are not new at the first step after the restore (they were counted then)."""
+    eng = Engine(seed=1)
+    eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
+    q = eng.register("SELECT AVG(S.v) AS a FROM S [RANGE 10] WHERE S.k BETWEEN 2 AND 400 WITH PREFERENCE weighted S.k "
+                     "WITHIN 1 PROBES PER TUPLE WITH ERROR 0.01 CONFIDENCE 0.95")
+    qp = q._precision
+    node = qp._pt_node().op
+    node.misses = 4                                   # misses counted before the checkpoint
+    assert qp._pt_missed(1.0)                         # a live object: 4 new misses since registration
+    del qp.__dict__["_pt_misses_seen"]                # as unpickled from an older checkpoint
+    assert not qp._pt_missed(2.0)
+    node.misses = 5                                   # one real miss after the restore is counted
+    assert qp._pt_missed(3.0)

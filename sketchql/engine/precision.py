@@ -134,6 +134,7 @@ class QueryPrecision:
         self.samplers = dict(info.samplers) if info is not None else {}
         self.series: deque = deque(maxlen=SERIES_MAX)
         self.audit_share = DEFAULT_AUDIT_SHARE if kind != "exact" else 0.0
+        self._pt_misses_seen = 0      # a PT aggregate node's misses already counted (_pt_missed)
         self.audits: deque = deque(maxlen=SERIES_MAX)
         self.n_audits = 0
         self._cov_hits = 0.0
@@ -413,7 +414,8 @@ class QueryPrecision:
         e = self.contract.error
         if self.pt_shape == "aggregate":
             node = self._pt_node().op
-            seen = getattr(self, "_pt_misses_seen", 0)
+            # (first use, e.g. restored from a checkpoint written before this counter: no miss is new)
+            seen = getattr(self, "_pt_misses_seen", int(getattr(node, "misses", 0)))
             self._pt_misses_seen = int(getattr(node, "misses", 0))
             return self._pt_misses_seen > seen
         r = self.measured_recall(now)

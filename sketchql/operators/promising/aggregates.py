@@ -167,7 +167,8 @@ class PTAggregate(PTSelection):
         """An aggregate sheds like every PT operator (:meth:`PTSelection._admit`, module doc
         "Budget"), but for ``keep_all`` on a private layer (a shared layer holds the shed
         arrivals anyway)."""
-        return self.shared or not getattr(self, "keep_all", False)
+        # (an operator restored from a checkpoint written before keep_all existed never shed: keep it so)
+        return self.shared or not getattr(self, "keep_all", True)
 
     def window_tuples(self, t_from: float, t_to: float, lo=-math.inf, hi=math.inf, columns=()):
         """:meth:`PTSelection.window_tuples` (the exact window: ON MISS EXACT's fallback).  A
