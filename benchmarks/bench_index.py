@@ -459,6 +459,10 @@ join ``S1.item = S2.item`` over a one-minute window (~600 S2 tuples).
   0.59-0.72 us per tuple in the same runs, within their noise): moved, and cheaper where it now runs
   (the structural refresh after the ingest cost 55-65 us per 6 calls on a cold cache).  This is work
   the probe no longer does, and ``t4_breakdown`` prints it inside the ingest (``ingest_view``).
+  Quiet --quick, 22 runs at load 1.0-1.5 (lead, after the helpers stopped): t_hit_ratio_6k
+  6.38 6.45 6.26 5.91 6.51 6.58 5.72 5.51 6.76 6.40 6.25 3.72 6.38 6.24 6.35 6.48 5.98 6.39 6.32 6.18
+  6.73 5.22 (median 6.3; the 3.72 run's CPU-time ratio 3.74 and its T1/copy bound 15.3 instead of
+  24-27: the machine moved during it), t_hit_ratio_60k 7.6-12.0 against t_hit_ratio_bound_60k 9.8-15.8.
 
 Every join run is repeated (``--repeat``, default 3; the rows' runs are
 interleaved) and the fastest t_hit kept, for every row alike; "CPU time"
