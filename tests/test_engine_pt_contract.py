@@ -158,12 +158,15 @@ def test_join_fail_returns_once_the_budget_holds_the_contract():
 
 
 # -- selection ----------------------------------------------------------------------------------
-def _run_sel(tail, units, audit_share=0.0):
+def _single_stream(n, span):
+    """One stream's (ts, k, v): ``n`` uniform arrivals over ``span`` s, k in [0, 500), v ~ Gamma(2, 3)."""
     rng = np.random.default_rng(4)
-    n = 5000
-    ts = np.sort(rng.uniform(0, T_SEL, n))
-    k = rng.integers(0, 500, n)
-    v = rng.gamma(2, 3, n)
+    ts = np.sort(rng.uniform(0, span, n))
+    return ts, rng.integers(0, 500, n), rng.gamma(2, 3, n)
+
+
+def _run_sel(tail, units, audit_share=0.0):
+    ts, k, v = _single_stream(5000, T_SEL)
     eng = Engine(seed=1)
     eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
     q = eng.register(f"SELECT S.k, S.v FROM S [RANGE {W_SEL}] WHERE S.k BETWEEN 2 AND 400 WITH PREFERENCE "
@@ -219,11 +222,7 @@ def test_selection_full_budget_never_fails():
 def test_pt_aggregate_status_is_the_nodes_contract_test(units, status):
     """A PT AVG's status follows its node's ``error <= e * |estimate|`` (old code: an audit compared
     its row as a set against the exact AVG's and read "missed" at full budget, where it is exact)."""
-    rng = np.random.default_rng(4)
-    n = 3000
-    ts = np.sort(rng.uniform(0, 30, n))
-    k = rng.integers(0, 500, n)
-    v = rng.gamma(2, 3, n)
+    ts, k, v = _single_stream(3000, 30.0)
     eng = Engine(seed=1)
     eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
     q = eng.register(f"SELECT AVG(S.v) AS a FROM S [RANGE 10] WHERE S.k BETWEEN 2 AND 400 WITH PREFERENCE "
@@ -271,11 +270,7 @@ def test_selection_on_miss_exact_registered_mid_stream_waits_for_its_standby():
     """Registered mid-stream, the exact standby has seen only the arrivals since: it is comparable
     one window later.  Until then the missed contract shows the error row with the reason "no
     exact standby yet"; from then on the answer is the exact selection (brute force)."""
-    rng = np.random.default_rng(4)
-    n = 5000
-    ts = np.sort(rng.uniform(0, T_SEL, n))
-    k = rng.integers(0, 500, n)
-    v = rng.gamma(2, 3, n)
+    ts, k, v = _single_stream(5000, T_SEL)
     eng = Engine(seed=1)
     eng.execute("CREATE STREAM S (k INT, v DOUBLE) TIMESTAMP ts")
     q, t_reg, switched = None, None, None
