@@ -23,23 +23,34 @@ def _streams():
     return a, b
 
 
-def _run(pref, units, a, b, share=True):
-    eng = Engine(seed=1)
+def run_pt_join(pref, units, a, b, window, dur, share=True, seed=1, heartbeat=None, skip_empty=False):
+    """A PT join of ``a`` and ``b`` through SQL, pushed in 0.5 s slices up to ``dur`` (``skip_empty``:
+    no push for an empty slice), then heartbeats at ``heartbeat`` times on both streams: (Counter of
+    the (k, ts1, ts2) pairs it reported, the operator's stats, ``q.stats()["promising"]``)."""
+    eng = Engine(seed=seed)
     eng.set_control("share_indexes", share)
     eng.execute("CREATE STREAM S1 (k INT) TIMESTAMP ts; CREATE STREAM S2 (k INT) TIMESTAMP ts")
     q = eng.register(f"SELECT S1.k, S1.ts, S2.ts FROM S1, S2 WHERE S1.k = S2.k WITH PREFERENCE {pref} "
-                     f"SUMMARY.Estimate.Count(S1.k), SUMMARY.Estimate.Count(S2.k) WINDOW {W} SECONDS "
+                     f"SUMMARY.Estimate.Count(S1.k), SUMMARY.Estimate.Count(S2.k) WINDOW {window} SECONDS "
                      f"WITHIN {units} PROBES PER TUPLE")
     q.set_knob("retain_changes", None)
-    for t0 in np.arange(0, 30.0, 0.5):
+    for t0 in np.arange(0, dur, 0.5):
         for name, s in (("S1", a), ("S2", b)):
             sel = (s.ts >= t0) & (s.ts < t0 + 0.5)
-            eng.push(name, {"ts": s.ts[sel], "k": s.item[sel]})
+            if sel.any() or not skip_empty:
+                eng.push(name, {"ts": s.ts[sel], "k": s.item[sel]})
+    for t in heartbeat or ():
+        eng.heartbeat("S1", t)
+        eng.heartbeat("S2", t)
     r = q.results()
     r = r[r["__sign"] == 1]
     got = Counter(zip(r.iloc[:, 0].astype(int).tolist(), r.iloc[:, 1].tolist(), r.iloc[:, 2].tolist()))
     node = next(n for n in q.plan.nodes if n.kind == "pt_join")
     return got, node.op.op.stats(), q.stats()["promising"]
+
+
+def _run(pref, units, a, b, share=True):
+    return run_pt_join(pref, units, a, b, W, 30.0, share=share)
 
 
 @pytest.mark.parametrize("pref", ["desc", "weighted", "asc"])

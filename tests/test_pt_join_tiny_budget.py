@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from sketchql.data import generate_stores
-from sketchql.engine import Engine
+
+from test_engine_pt_shared_budget import run_pt_join
 
 W = 5.0
 DUR = 20.0
@@ -54,26 +55,9 @@ def _exact(a, b):
 
 
 def _run(pref, units, a, b, share=True, seed=1, heartbeat=None):
-    eng = Engine(seed=seed)
-    eng.set_control("share_indexes", share)
-    eng.execute("CREATE STREAM S1 (k INT) TIMESTAMP ts; CREATE STREAM S2 (k INT) TIMESTAMP ts")
-    q = eng.register(f"SELECT S1.k, S1.ts, S2.ts FROM S1, S2 WHERE S1.k = S2.k WITH PREFERENCE {pref} "
-                     f"SUMMARY.Estimate.Count(S1.k), SUMMARY.Estimate.Count(S2.k) WINDOW {W} SECONDS "
-                     f"WITHIN {units} PROBES PER TUPLE")
-    q.set_knob("retain_changes", None)
-    for t0 in np.arange(0, DUR, 0.5):
-        for name, s in (("S1", a), ("S2", b)):
-            sel = (s.ts >= t0) & (s.ts < t0 + 0.5)
-            if sel.any():
-                eng.push(name, {"ts": s.ts[sel], "k": s.item[sel]})
-    if heartbeat is not None:
-        for t in heartbeat:
-            eng.heartbeat("S1", t)
-            eng.heartbeat("S2", t)
-    r = q.results()
-    r = r[r["__sign"] == 1]
-    got = Counter(zip(r.iloc[:, 0].astype(int).tolist(), r.iloc[:, 1].tolist(), r.iloc[:, 2].tolist()))
-    return got, q.stats()["promising"]
+    got, _, st = run_pt_join(pref, units, a, b, W, DUR, share=share, seed=seed, heartbeat=heartbeat,
+                             skip_empty=True)
+    return got, st
 
 
 def _check_budget(st, units, n_tuples, what):
