@@ -462,9 +462,8 @@ class IngestSide:
         probe's t_hit drops ~10% and the ingest's per-tuple time does not move (the refresh is
         once per batch, and cheaper on data the ingest just touched)."""
         if self._kread and self._kview is not None and EAGER_VIEW:
-            self._kread = False
             self._kernel_view()
-            self._kread = False
+            self._kread = False            # (the refresh is no read: _kernel_view set it)
 
 
 #: small batches' sketch updates through :func:`kernels.sketch_add` (in place, per tuple); False: numpy
